@@ -1,0 +1,27 @@
+"""stragglar_mpi: an MPI AllReduce that hides the ReduceScatter in a straggler's delay.
+
+    from stragglar_mpi import Allreduce
+    Allreduce(comm, sendbuf, recvbuf, MPI.SUM)          # as comm.Allreduce(...)
+
+    from stragglar_mpi import Comm
+    comm = Comm(MPI.COMM_WORLD)                         # comm.Allreduce is ours
+"""
+# mpi4py first: importing mpi4py.MPI initialises MPI and loads the libmpi that
+# the compiled transport links against.
+from mpi4py import MPI  # noqa: F401
+
+from ._allreduce import Allreduce, stats
+from ._comm import Comm
+from ._version import __version__
+from .schedule import Schedule, ScheduleError, synthesize, verify
+
+__all__ = [
+    "Allreduce",
+    "Comm",
+    "stats",
+    "Schedule",
+    "ScheduleError",
+    "synthesize",
+    "verify",
+    "__version__",
+]

@@ -1,0 +1,54 @@
+"""Command line: ``python -m stragglar_mpi info`` and ``--version``."""
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def info() -> dict:
+    """What this installation runs on: MPI, the compiled transport, CUDA."""
+    import mpi4py
+    from mpi4py import MPI
+
+    from . import _transport, __version__
+
+    lib = MPI.Get_library_version().strip().splitlines()
+    return {
+        "stragglar_mpi": __version__,
+        "mpi4py": mpi4py.__version__,
+        "MPI library": lib[0] if lib else "unknown",
+        "MPI standard": "%d.%d" % MPI.Get_version(),
+        "compiled transport": (f"loaded ({_transport._p2p.__file__})" if _transport._p2p
+                               else f"not loaded ({_transport._IMPORT_ERROR})"),
+        "transport in use": _transport.name(),
+        **_cuda_info(),
+    }
+
+
+def _cuda_info() -> dict:
+    try:
+        from . import _cuda
+    except ImportError:
+        return {"CUDA": "not available (install the [cuda] extra)"}
+    return _cuda.info()
+
+
+def main(argv=None) -> int:
+    from ._version import __version__
+
+    parser = argparse.ArgumentParser(
+        prog="python -m stragglar_mpi",
+        description="StragglAR AllReduce for MPI. Commands: info (what this installation runs on). "
+                    "Benchmarks: python -m stragglar_mpi.bench; demo: mpiexec -n 4 python -m stragglar_mpi.demo; "
+                    "schedules: python -m stragglar_mpi.schedule.")
+    parser.add_argument("--version", action="version", version=f"stragglar_mpi {__version__}")
+    parser.add_argument("command", nargs="?", default="info", choices=["info"])
+    parser.parse_args(argv)
+    width = 20
+    for key, value in info().items():
+        print(f"{key:<{width}} {value}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,95 @@
+"""Buffer specs, resolved the way mpi4py resolves them for ``Allreduce``.
+
+mpi4py validates first (``Allreduce_init`` on COMM_SELF goes through exactly the
+message parsing of ``Allreduce`` and moves no data), so every mistake raises the
+exception type and message that mpi4py gives.  Then we take the address, count
+and datatype for ourselves.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from mpi4py import MPI
+
+_STRIP = "<>=@!|"
+
+
+@dataclass(frozen=True)
+class Message:
+    buf: object          # MPI.buffer; holds the export for the duration of the call
+    obj: object          # what the caller passed (device detection looks at it)
+    address: int
+    count: int
+    datatype: MPI.Datatype
+
+    @property
+    def extent(self) -> int:
+        return self.datatype.Get_extent()[1]
+
+
+def is_in_place(sendbuf) -> bool:
+    return sendbuf is None or sendbuf is MPI.IN_PLACE
+
+
+def validate(sendbuf, recvbuf, op) -> None:
+    """Raise what ``comm.Allreduce(sendbuf, recvbuf, op)`` raises for a bad spec."""
+    if not isinstance(op, MPI.Op):
+        raise TypeError(f"Argument 'op' has incorrect type (expected mpi4py.MPI.Op, got {type(op).__name__})")
+    sendbuf = MPI.IN_PLACE if is_in_place(sendbuf) else sendbuf
+    MPI.COMM_SELF.Allreduce_init(sendbuf, recvbuf, op).Free()
+
+
+def resolve(spec, readonly: bool) -> Message:
+    """(address, count, datatype) of a buffer spec already accepted by ``validate``."""
+    obj, count, displ, datatype = _split(spec)
+    buf = MPI.buffer(obj) if readonly else _writable(obj)
+    datatype = _datatype(obj, buf, datatype)
+    extent = datatype.Get_extent()[1]
+    if count is None:
+        count = (buf.nbytes // extent) - displ if extent else 0
+    return Message(buf, obj, buf.address + displ * extent, count, datatype)
+
+
+def _writable(obj):
+    buf = MPI.buffer(obj)
+    if buf.readonly:
+        raise BufferError("buffer is not writable")
+    return buf
+
+
+def _split(spec):
+    """(object, count or None, displacement, datatype or None) of a spec."""
+    if not isinstance(spec, (list, tuple)):
+        return spec, None, 0, None
+    obj, rest = spec[0], list(spec[1:])
+    datatype = rest.pop() if rest and isinstance(rest[-1], (MPI.Datatype, str)) else None
+    count, displ = None, 0
+    if len(rest) == 1:
+        count = rest[0]
+        if isinstance(count, (list, tuple)):
+            count, displ = count
+    elif len(rest) == 2:
+        count, displ = rest
+    return obj, (None if count is None else int(count)), int(displ or 0), datatype
+
+
+def _datatype(obj, buf, datatype):
+    if isinstance(datatype, MPI.Datatype):
+        return datatype
+    return MPI.Datatype.fromcode(datatype if isinstance(datatype, str) else typecode(obj, buf))
+
+
+def typecode(obj, buf=None) -> str:
+    cai = getattr(obj, "__cuda_array_interface__", None)
+    if cai is not None:
+        import numpy as np
+        return np.dtype(cai["typestr"]).char
+    dtype = getattr(obj, "dtype", None)
+    if dtype is not None:
+        import numpy as np
+        try:
+            return np.dtype(dtype).char
+        except TypeError:
+            pass
+    fmt = memoryview(obj).format if buf is None or buf.format == "B" else buf.format
+    return fmt.lstrip(_STRIP) or "B"
