@@ -24,7 +24,7 @@ def mpiexec():
 def run_mpi(n, args, transport="cython", timeout=TIMEOUT):
     env = dict(os.environ, SMPI_TEST_IN_MPIEXEC="1", STRAGGLAR_TRANSPORT=transport,
                MPIEXEC_TIMEOUT=str(timeout), MPIR_CVAR_CH4_PROGRESS_THROTTLE="1",
-               PYTHONUNBUFFERED="1")
+               PYTHONUNBUFFERED="1", NUMBA_ENABLE_CUDASIM="1")
     cmd = [mpiexec(), "-n", str(n), sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
            "-x", *args]
     proc = subprocess.run(cmd, cwd=HERE, env=env, capture_output=True, text=True, timeout=timeout + 60)
@@ -37,4 +37,10 @@ def test_mpi_suite(n, transport):
     rc, out = run_mpi(n, ["mpi"], transport)
     summary = [line for line in out.splitlines() if " passed" in line or " failed" in line]
     print(f"mpiexec -n {n} ({transport}):", summary[-1] if summary else "(no summary)")
+    assert rc == 0, out[-20000:]
+
+
+@pytest.mark.slow
+def test_count_above_2_31_at_two_ranks():
+    rc, out = run_mpi(2, ["-m", "slow", "mpi/test_huge.py"], timeout=900)
     assert rc == 0, out[-20000:]

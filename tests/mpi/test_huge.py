@@ -1,0 +1,21 @@
+"""More than 2**31 elements (int8, 2 ranks): the large-count MPI calls. Marked slow."""
+import numpy as np
+import pytest
+from mpi4py import MPI
+
+from stragglar_mpi import Allreduce
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("algo", ["stragglar", "ring"])
+def test_count_above_2_31(comm, algo):
+    n, rank = comm.Get_size(), comm.Get_rank()
+    count = 2**31 + 7
+    send = np.full(count, rank + 1, dtype=np.int8)
+    send[-3:] = -1
+    recv = np.zeros(count, dtype=np.int8)
+    Allreduce(comm, send, recv, MPI.SUM, algorithm=algo)
+    want = n * (n + 1) // 2
+    assert recv[0] == want and recv[count // 2] == want and recv[-4] == want
+    assert np.all(recv[:-3] == want)
+    assert np.all(recv[-3:] == -n)
