@@ -13,13 +13,30 @@ from mpi4py.libmpi cimport (
     MPI_Reduce_local_c, MPI_Type_get_extent, MPI_BYTE, MPI_Wtime,
 )
 from libc.string cimport memcpy
-from libc.stdint cimport int64_t, uintptr_t
+from libc.stdint cimport int32_t, int64_t, uintptr_t
 from libc.stdlib cimport malloc, free
 
 cdef extern from "sched.h" nogil:
     int sched_yield()
 
 from mpi4py import MPI as _MPI
+
+ctypedef fused num_t:
+    float
+    double
+    int32_t
+    int64_t
+
+cdef enum:
+    # Typed reduction kernels: id = 16 * dtype + op (0 = use MPI_Reduce_local).
+    K_F32 = 1
+    K_F64 = 2
+    K_I32 = 3
+    K_I64 = 4
+    K_SUM = 1
+    K_PROD = 2
+    K_MAX = 3
+    K_MIN = 4
 
 cdef enum:
     RECV = 0
@@ -47,9 +64,41 @@ cdef inline void _abandon(MPI_Request *reqs, int n) noexcept nogil:
             MPI_Wait(&reqs[i], MPI_STATUS_IGNORE)
 
 
+cdef void _combine(num_t *a, num_t *b, Py_ssize_t n, int op) noexcept nogil:
+    # b = a (op) b, elementwise, written as MPICH writes it so results match MPI_Reduce_local.
+    cdef Py_ssize_t i
+    if op == K_SUM:
+        for i in range(n):
+            b[i] = a[i] + b[i]
+    elif op == K_PROD:
+        for i in range(n):
+            b[i] = a[i] * b[i]
+    elif op == K_MAX:
+        for i in range(n):
+            b[i] = b[i] if b[i] > a[i] else a[i]
+    elif op == K_MIN:
+        for i in range(n):
+            b[i] = b[i] if b[i] < a[i] else a[i]
+
+
+cdef int _reduce(char *a, char *b, int64_t n, int kernel, MPI_Datatype dtype, MPI_Op op) noexcept nogil:
+    cdef int t = kernel >> 4, o = kernel & 15
+    if t == K_F32:
+        _combine(<float *>a, <float *>b, n, o)
+    elif t == K_F64:
+        _combine(<double *>a, <double *>b, n, o)
+    elif t == K_I32:
+        _combine(<int32_t *>a, <int32_t *>b, n, o)
+    elif t == K_I64:
+        _combine(<int64_t *>a, <int64_t *>b, n, o)
+    else:
+        return MPI_Reduce_local_c(a, b, <MPI_Count>n, dtype, op)
+    return MPI_SUCCESS
+
+
 cdef int _run(const int64_t[:, ::1] plan, char **bufs, MPI_Comm comm,
               MPI_Datatype dtype, MPI_Op op, MPI_Aint extent,
-              MPI_Request *reqs, int maxreq, double *first) except -1 nogil:
+              MPI_Request *reqs, int maxreq, double *first, int kernel) except -1 nogil:
     cdef Py_ssize_t i
     cdef int nreq = 0, ierr = MPI_SUCCESS
     cdef int64_t kind, rnd = -1
@@ -89,7 +138,7 @@ cdef int _run(const int64_t[:, ::1] plan, char **bufs, MPI_Comm comm,
                     first[0] = MPI_Wtime()
             b = bufs[plan[i, 6]] + plan[i, 7]
             if kind == REDUCE:
-                ierr = MPI_Reduce_local_c(a, b, <MPI_Count>plan[i, 5], dtype, op)
+                ierr = _reduce(a, b, plan[i, 5], kernel, dtype, op)
             else:
                 memcpy(b, a, <size_t>(plan[i, 5] * extent))
         if ierr != MPI_SUCCESS:
@@ -107,8 +156,10 @@ cdef int _run(const int64_t[:, ::1] plan, char **bufs, MPI_Comm comm,
 
 
 def execute(const int64_t[:, ::1] plan, tuple addresses, MPI.Comm comm,
-            MPI.Datatype dtype, MPI.Op op, int maxreq):
+            MPI.Datatype dtype, MPI.Op op, int maxreq, int kernel=0):
     """Run ``plan`` on the buffers at ``addresses`` (input, output, scratch).
+
+    ``kernel`` selects a typed reduction loop (see ``kernel_id``); 0 uses MPI_Reduce_local.
 
     Returns the MPI_Wtime at which the first receives completed, or None.
     """
@@ -126,7 +177,7 @@ def execute(const int64_t[:, ::1] plan, tuple addresses, MPI.Comm comm,
         for k in range(maxreq):
             reqs[k] = MPI_REQUEST_NULL
         with nogil:
-            _run(plan, bufs, comm.ob_mpi, dtype.ob_mpi, op.ob_mpi, extent, reqs, maxreq, &first)
+            _run(plan, bufs, comm.ob_mpi, dtype.ob_mpi, op.ob_mpi, extent, reqs, maxreq, &first, kernel)
     finally:
         free(reqs)
     return first if first >= 0 else None
@@ -149,3 +200,40 @@ def ping(MPI.Comm comm, int peer, int nbytes, int tag=0):
     if ierr != MPI_SUCCESS:
         raise _MPI.Exception(ierr)
     return bytes(out)
+
+
+def reduce_local(a, b, MPI.Datatype dtype, MPI.Op op, int kernel):
+    """b = a (op) b through the executor's reduction path (for tests and benchmarks)."""
+    ba, bb = _MPI.buffer(a), _MPI.buffer(b)
+    cdef char *pa = <char *><uintptr_t>ba.address
+    cdef char *pb = <char *><uintptr_t>bb.address
+    cdef MPI_Aint lb = 0, extent = 0
+    MPI_Type_get_extent(dtype.ob_mpi, &lb, &extent)
+    cdef int64_t n = bb.nbytes // extent
+    cdef int ierr
+    with nogil:
+        ierr = _reduce(pa, pb, n, kernel, dtype.ob_mpi, op.ob_mpi)
+    if ierr != MPI_SUCCESS:
+        raise _MPI.Exception(ierr)
+
+
+_KERNEL_TYPES = {"f": K_F32, "d": K_F64}
+_KERNEL_OPS = {}
+
+
+def kernel_id(MPI.Datatype dtype, MPI.Op op):
+    """The typed loop for (dtype, op), or 0 when MPI_Reduce_local should do it."""
+    if not _KERNEL_OPS:
+        _KERNEL_OPS.update({_MPI.SUM.handle: K_SUM, _MPI.PROD.handle: K_PROD,
+                            _MPI.MAX.handle: K_MAX, _MPI.MIN.handle: K_MIN})
+        for name, k in (("INT32_T", K_I32), ("INT64_T", K_I64), ("FLOAT", K_F32), ("DOUBLE", K_F64)):
+            _KERNEL_TYPES[getattr(_MPI, name).handle] = k
+    t = _KERNEL_TYPES.get(dtype.handle, 0)
+    if t == 0 and dtype.Get_size() in (4, 8):
+        code = dtype.tocode() if dtype.is_predefined else ""
+        if code in ("i", "l", "q") and dtype.Get_size() == 4:
+            t = K_I32
+        elif code in ("i", "l", "q") and dtype.Get_size() == 8:
+            t = K_I64
+    o = _KERNEL_OPS.get(op.handle, 0)
+    return 16 * t + o if t and o else 0

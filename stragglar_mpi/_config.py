@@ -17,11 +17,14 @@ _checked = []
 
 
 def _check_names():
+    """Warn once per process about STRAGGLAR_* variables that nothing reads."""
+    if _checked:
+        return
+    _checked.append(True)
     unknown = sorted(k for k in os.environ if k.startswith("STRAGGLAR_") and k not in KNOWN)
-    if unknown and not _checked:
+    if unknown:
         warnings.warn(f"stragglar_mpi: unknown environment variable(s) {', '.join(unknown)}; "
                       f"known: {', '.join(sorted(KNOWN))}", RuntimeWarning, stacklevel=4)
-    _checked.append(True)
 
 
 def algorithm(requested) -> str:

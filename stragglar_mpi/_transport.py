@@ -42,7 +42,8 @@ def execute(plan, addresses, comm, datatype, op, transport):
     if plan.rows.shape[0] == 0:
         return None
     if transport == "cython":
-        return _p2p.execute(plan.rows, tuple(addresses), comm, datatype, op, plan.max_requests)
+        kernel = _p2p.kernel_id(datatype, op)
+        return _p2p.execute(plan.rows, tuple(addresses), comm, datatype, op, plan.max_requests, kernel)
     return _execute_python(plan, addresses, comm, datatype, op)
 
 
