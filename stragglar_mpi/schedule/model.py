@@ -10,6 +10,8 @@ message, so they use one port.
 """
 from __future__ import annotations
 
+import contextlib
+import gc
 import json
 from dataclasses import dataclass, field
 
@@ -119,3 +121,16 @@ def chunk_bounds(count: int, chunks: int) -> list[tuple[int, int]]:
         bounds.append((off, length))
         off += length
     return bounds
+
+
+@contextlib.contextmanager
+def gc_paused():
+    """Schedules are ~n^2 small objects: cyclic GC passes over them while they are
+    built would dominate the time, and they hold no reference cycles."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()

@@ -1,0 +1,196 @@
+"""Command line: show, verify and simulate schedules.
+
+    python -m stragglar_mpi.schedule show --n 8
+    python -m stragglar_mpi.schedule verify --n 2..256
+    python -m stragglar_mpi.schedule simulate --n 4,8,16,32,64,128,256 \\
+        --size 1GiB --alpha 3us --bandwidth 450GiB/s
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+import time
+from pathlib import Path
+
+from . import ALGORITHMS, ScheduleError, build, lower_bound_rounds, simulate
+
+_SIZE_UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
+               "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}
+_TIME_UNITS = {"": 1.0, "S": 1.0, "MS": 1e-3, "US": 1e-6, "NS": 1e-9}
+
+
+def parse_ns(text: str) -> list[int]:
+    """'2..256', '4,8,16', '8' or a mix such as '2..8,16'."""
+    ns: list[int] = []
+    for part in text.split(","):
+        lo, sep, hi = part.strip().partition("..")
+        ns += range(int(lo), int(hi) + 1) if sep else [int(lo)]
+    return ns
+
+
+def _quantity(text: str, units: dict, what: str) -> float:
+    match = re.fullmatch(r"\s*([0-9.eE+-]+)\s*([A-Za-z]*)\s*", text)
+    if not match or match.group(2).upper() not in units:
+        raise argparse.ArgumentTypeError(f"bad {what} {text!r}; units: {', '.join(units)}")
+    return float(match.group(1)) * units[match.group(2).upper()]
+
+
+def parse_size(text: str) -> float:
+    """Bytes from '1GiB', '64MiB', '4KB', '100'."""
+    return _quantity(text, _SIZE_UNITS, "size")
+
+
+def parse_time(text: str) -> float:
+    """Seconds from '3us', '1.5ms', '2s', '0'."""
+    return _quantity(text, _TIME_UNITS, "time")
+
+
+def parse_bandwidth(text: str) -> float:
+    """Bytes per second from '450GiB/s' or '25GB/s'."""
+    return parse_size(text[:-2] if text.endswith("/s") else text)
+
+
+def _algorithms(text: str) -> list[str]:
+    names = list(ALGORITHMS) if text == "all" else text.split(",")
+    unknown = [a for a in names if a not in ALGORITHMS]
+    if unknown:
+        raise argparse.ArgumentTypeError(f"unknown algorithm(s) {unknown}; choose from {ALGORITHMS}")
+    return names
+
+
+def cmd_show(args) -> int:
+    for n in args.n:
+        schedule = build(args.algorithm, n, args.straggler)
+        print(schedule.to_json(indent=1) if args.json else schedule)
+    return 0
+
+
+def cmd_verify(args) -> int:
+    failures = 0
+    for algorithm in args.algorithm:
+        start = time.perf_counter()
+        excess = {}
+        for n in args.n:
+            stragglers = range(n) if args.every_straggler and algorithm in ("stragglar", "direct") else [None]
+            for straggler in stragglers:
+                try:
+                    schedule = build(algorithm, n, straggler)
+                except ScheduleError as exc:
+                    failures += 1
+                    print(f"FAIL {algorithm} n={n} straggler={straggler}: {exc}")
+                    continue
+            if algorithm == "stragglar":
+                excess[n] = len(schedule.rounds) - lower_bound_rounds(n)
+        elapsed = time.perf_counter() - start
+        print(f"{algorithm}: verified n in {_compact(args.n)} in {elapsed:.2f} s")
+        if excess:
+            _print_excess(excess)
+    return 1 if failures else 0
+
+
+def _print_excess(excess: dict) -> None:
+    missed = {n: e for n, e in excess.items() if e}
+    print(f"  rounds == n-2+ceil(log2 n) for {len(excess) - len(missed)} of {len(excess)} n")
+    for n, e in sorted(missed.items()):
+        print(f"  n={n}: {lower_bound_rounds(n) + e} rounds, bound {lower_bound_rounds(n)} (+{e})")
+
+
+def _compact(ns: list[int]) -> str:
+    if ns == list(range(ns[0], ns[-1] + 1)) and len(ns) > 2:
+        return f"{ns[0]}..{ns[-1]}"
+    return ",".join(map(str, ns))
+
+
+def cmd_simulate(args) -> int:
+    names = ["ring", "rhd", "direct", "stragglar"]
+    cost = (args.size, args.alpha, args.bandwidth)
+    print(f"size={args.size:.0f} B alpha={args.alpha:g} s bandwidth={args.bandwidth:.4g} B/s; "
+          f"times in ms, speedup = ring / stragglar")
+    print("\nstraggler late enough to hide phase 1 (time after it arrives):")
+    _table(names, args.n, cost, lambda n: _hiding_delay(n, *cost) if args.delay is None
+           else args.delay, "post_arrival")
+    print("\nno straggler (everyone arrives at 0; time to finish):")
+    _table(names, args.n, cost, lambda n: 0.0, "finish")
+    return 0
+
+
+def _hiding_delay(n: int, size: float, alpha: float, bandwidth: float) -> float:
+    """Long enough for the longest phase 1 (direct's AllReduce among n-1 ranks)."""
+    m = max(n - 1, 1)
+    return 2 * (m - 1) * (alpha + size / m / bandwidth)
+
+
+def _table(names, ns, cost, delay_of, field) -> None:
+    print(f"{'n':>5} {'delay':>9} " + " ".join(f"{a:>10}" for a in names) + f" {'speedup':>8}")
+    for n in ns:
+        delay = delay_of(n)
+        arrivals = [0.0] * (n - 1) + [delay]
+        times = {a: getattr(simulate(build(a, n), *cost, arrivals), field) for a in names}
+        speedup = times["ring"] / times["stragglar"] if times["stragglar"] else float("nan")
+        print(f"{n:>5} {delay * 1e3:>9.3f} " + " ".join(f"{times[a] * 1e3:>10.4f}" for a in names)
+              + f" {speedup:>8.2f}")
+
+
+def cmd_search(args) -> int:
+    """Search greedy seeds offline; merge the best into the seeds file."""
+    from .stragglar import best_seed
+    path = Path(args.out)
+    data = json.loads(path.read_text()) if path.exists() else {"seeds": {}}
+    for n in args.n:
+        if n < 3 or n & (n - 1) == 0:
+            continue
+        seed, rounds = best_seed(n, args.tries, args.seconds)
+        old = data["seeds"].get(str(n))
+        if old is None or rounds < len(_greedy(n, old)):
+            data["seeds"][str(n)] = seed
+        print(f"n={n} seed={seed} rounds={rounds} bound={lower_bound_rounds(n)}", flush=True)
+        data["seeds"] = dict(sorted(data["seeds"].items(), key=lambda kv: int(kv[0])))
+        path.write_text(json.dumps(data, indent=0) + "\n")
+    return 0
+
+
+def _greedy(n: int, seed: int) -> list:
+    from .stragglar import _greedy_rounds
+    return _greedy_rounds(n, seed)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m stragglar_mpi.schedule",
+                                     description="Show, verify and simulate AllReduce schedules.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    show = sub.add_parser("show", help="print a schedule round by round (or as JSON)")
+    show.add_argument("--n", type=parse_ns, required=True, help="ranks: 8, 4,8 or 2..16")
+    show.add_argument("--algorithm", default="stragglar", choices=ALGORITHMS)
+    show.add_argument("--straggler", type=int, default=None, help="late rank (default n-1)")
+    show.add_argument("--json", action="store_true", help="print the JSON form")
+    show.set_defaults(run=cmd_show)
+    check = sub.add_parser("verify", help="verify schedules symbolically; report rounds vs bound")
+    check.add_argument("--n", type=parse_ns, required=True, help="ranks: 8, 4,8 or 2..256")
+    check.add_argument("--algorithm", type=_algorithms, default=list(ALGORITHMS),
+                       help="comma-separated list or 'all' (default all)")
+    check.add_argument("--every-straggler", action="store_true",
+                       help="verify every choice of straggler rank, not only n-1")
+    check.set_defaults(run=cmd_verify)
+    sim = sub.add_parser("simulate", help="alpha-beta model: every algorithm, late and not late")
+    sim.add_argument("--n", type=parse_ns, default=parse_ns("4,8,16,32,64,128,256"))
+    sim.add_argument("--size", type=parse_size, default=parse_size("1GiB"), help="e.g. 1GiB, 64MiB")
+    sim.add_argument("--alpha", type=parse_time, default=parse_time("3us"), help="e.g. 3us")
+    sim.add_argument("--bandwidth", type=parse_bandwidth, default=parse_bandwidth("450GiB/s"),
+                     help="e.g. 450GiB/s")
+    sim.add_argument("--delay", type=parse_time, default=None,
+                     help="straggler delay, e.g. 5ms (default: just long enough to hide phase 1)")
+    sim.set_defaults(run=cmd_simulate)
+    search = sub.add_parser("search", help="search greedy seeds for n that miss the bound")
+    search.add_argument("--n", type=parse_ns, required=True)
+    search.add_argument("--tries", type=int, default=100, help="seeds to try per n")
+    search.add_argument("--seconds", type=float, default=10.0, help="time budget per n")
+    search.add_argument("--out", default=str(Path(__file__).parent / "data" / "seeds.json"))
+    search.set_defaults(run=cmd_search)
+    args = parser.parse_args(argv)
+    return args.run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

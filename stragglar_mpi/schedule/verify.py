@@ -1,0 +1,173 @@
+"""Symbolic execution of a schedule: prove it implements AllReduce or raise.
+
+Every (rank, chunk) holds the set of ranks whose contributions it has summed,
+as an int bitmask.  A reducing transfer adds the sender's set to the
+receiver's and fails if the two overlap (a contribution counted twice); a copy
+must carry a fully reduced chunk.  All transfers of a round read the state at
+the start of the round.  At the end every rank must hold every chunk reduced
+over all ``n`` ranks, so a missing contribution fails too.
+"""
+from __future__ import annotations
+
+import operator
+
+from .model import ALGORITHMS, Schedule, ScheduleError, gc_paused
+
+__all__ = ["verify", "PHASE1"]
+
+#: What each algorithm's ranks did before the schedule starts (``None``: nothing).
+PHASE1 = {"stragglar": "reduce_scatter", "direct": "allreduce", "ring": None, "rhd": None}
+
+
+def verify(schedule: Schedule) -> Schedule:
+    """Return ``schedule`` if it implements AllReduce, else raise ``ScheduleError``."""
+    with gc_paused():
+        return _verify(schedule)
+
+
+def _verify(schedule: Schedule) -> Schedule:
+    _check_header(schedule)
+    state = _precondition(schedule)
+    full = (1 << schedule.n) - 1
+    one_chunk = schedule.algorithm == "stragglar"
+    for r, rnd in enumerate(schedule.rounds):
+        columns = _columns(rnd)
+        if not _ports_ok(schedule, columns, one_chunk):
+            _check_ports(schedule, r, rnd, one_chunk)  # finds and names the culprit
+        _apply(state, r, columns, full)
+    _check_complete(state, full)
+    return schedule
+
+
+def _columns(rnd):
+    return ([t.src for t in rnd], [t.dst for t in rnd], [t.chunk for t in rnd],
+            [t.reduce for t in rnd])
+
+
+def _ports_ok(s: Schedule, columns, one_chunk: bool) -> bool:
+    """Fast check of ranges and the one-port rule; False means look closer."""
+    srcs, dsts, chunks, _ = columns
+    if not srcs:
+        return True
+    if min(srcs) < 0 or min(dsts) < 0 or max(srcs) >= s.n or max(dsts) >= s.n:
+        return False
+    if min(chunks) < 0 or max(chunks) >= s.chunks or any(map(operator.eq, srcs, dsts)):
+        return False
+    if one_chunk:
+        return len(set(srcs)) == len(srcs) == len(set(dsts))
+    pairs = set(zip(srcs, dsts))
+    return (len({a for a, _ in pairs}) == len(pairs) == len({b for _, b in pairs})
+            and len(set(zip(dsts, chunks))) == len(dsts))
+
+
+def _check_header(s: Schedule) -> None:
+    if s.algorithm not in ALGORITHMS:
+        raise ScheduleError(f"unknown algorithm {s.algorithm!r}; expected one of {ALGORITHMS}")
+    if s.n < 1:
+        raise ScheduleError(f"n must be >= 1, got {s.n}")
+    if s.algorithm in ("stragglar", "direct"):
+        if s.straggler is None or not 0 <= s.straggler < s.n:
+            raise ScheduleError(f"{s.algorithm} needs a straggler in 0..{s.n - 1}, got {s.straggler}")
+    expected = {"stragglar": max(s.n - 1, 1), "direct": 1, "ring": s.n}.get(s.algorithm)
+    if expected is not None and s.chunks != expected:
+        raise ScheduleError(f"{s.algorithm} with n={s.n} has {expected} chunks, got {s.chunks}")
+    if s.chunks < 1:
+        raise ScheduleError(f"chunks must be >= 1, got {s.chunks}")
+
+
+def _precondition(s: Schedule) -> list[list[int]]:
+    """Contribution sets held before round 0, as the ``algorithm`` field says."""
+    state = [[1 << r] * s.chunks for r in range(s.n)]
+    if s.n == 1 or PHASE1[s.algorithm] is None:
+        return state
+    early_mask = ((1 << s.n) - 1) & ~(1 << s.straggler)
+    if PHASE1[s.algorithm] == "reduce_scatter":
+        for c, rank in enumerate(s.early):
+            state[rank][c] = early_mask
+    else:
+        for rank in s.early:
+            state[rank] = [early_mask] * s.chunks
+    return state
+
+
+def _check_ports(s: Schedule, r: int, rnd, one_chunk: bool) -> None:
+    """One port: each rank sends to one peer and receives from one peer per round."""
+    sends: dict[int, int] = {}
+    recvs: dict[int, int] = {}
+    for t in rnd:
+        _check_transfer(s, r, t)
+        if sends.setdefault(t.src, t.dst) != t.dst:
+            raise ScheduleError(f"round {r}: rank {t.src} sends to both rank "
+                                f"{sends[t.src]} and rank {t.dst} (one-port rule)")
+        if recvs.setdefault(t.dst, t.src) != t.src:
+            raise ScheduleError(f"round {r}: rank {t.dst} receives from both rank "
+                                f"{recvs[t.dst]} and rank {t.src} (one-port rule)")
+    if one_chunk and len(sends) < len(rnd):
+        _raise_extra_chunk(r, rnd)
+    if not one_chunk and len({(t.dst, t.chunk) for t in rnd}) < len(rnd):
+        _raise_duplicate(r, rnd)
+
+
+def _check_transfer(s: Schedule, r: int, t) -> None:
+    if not (0 <= t.src < s.n and 0 <= t.dst < s.n and 0 <= t.chunk < s.chunks):
+        raise ScheduleError(f"round {r}: transfer {t} is out of range "
+                            f"(n={s.n}, chunks={s.chunks})")
+    if t.src == t.dst:
+        raise ScheduleError(f"round {r}: rank {t.src} sends chunk {t.chunk} to itself")
+
+
+def _raise_extra_chunk(r: int, rnd) -> None:
+    seen: dict[int, object] = {}
+    for t in rnd:
+        if t.src in seen:
+            raise ScheduleError(f"round {r}: rank {t.src} sends two chunks ({seen[t.src]} "
+                                f"and {t}); stragglar sends one chunk per rank per round")
+        seen[t.src] = t
+
+
+def _raise_duplicate(r: int, rnd) -> None:
+    seen: dict[tuple[int, int], object] = {}
+    for t in rnd:
+        if (t.dst, t.chunk) in seen:
+            raise ScheduleError(f"round {r}: rank {t.dst} receives chunk {t.chunk} twice "
+                                f"({seen[(t.dst, t.chunk)]} and {t})")
+        seen[(t.dst, t.chunk)] = t
+
+
+def _apply(state: list[list[int]], r: int, columns, full: int) -> None:
+    """Run one round: every transfer reads the state at the start of the round."""
+    srcs, dsts, chunks, reduces = columns
+    values = [state[s][c] for s, c in zip(srcs, chunks)]
+    if True not in reduces and values.count(full) == len(values):
+        for d, c in zip(dsts, chunks):  # the common case: copies of finished chunks
+            state[d][c] = full
+        return
+    for s, d, c, reduce, value in zip(srcs, dsts, chunks, reduces, values):
+        if reduce:
+            held = state[d][c]
+            if held & value:
+                raise ScheduleError(
+                    f"round {r}: rank {d} reduces chunk {c} from rank {s} and "
+                    f"counts contributions of ranks {_ranks(held & value)} twice")
+            state[d][c] = held | value
+        elif value != full:
+            raise ScheduleError(
+                f"round {r}: rank {s} copies chunk {c} to rank {d} but does not "
+                f"hold it fully reduced (missing contributions of ranks {_ranks(full & ~value)})")
+        else:
+            state[d][c] = value
+
+
+def _check_complete(state: list[list[int]], full: int) -> None:
+    for rank, row in enumerate(state):
+        if row.count(full) == len(row):
+            continue
+        chunk = next(c for c, v in enumerate(row) if v != full)
+        raise ScheduleError(f"after the last round rank {rank} holds chunk {chunk} without "
+                            f"the contributions of ranks {_ranks(full & ~row[chunk])}")
+
+
+def _ranks(mask: int, limit: int = 8) -> str:
+    ranks = [i for i in range(mask.bit_length()) if mask >> i & 1]
+    shown = ", ".join(map(str, ranks[:limit]))
+    return f"[{shown}{', ...' if len(ranks) > limit else ''}]"
