@@ -1,0 +1,161 @@
+"""GPU check on a machine with a real GPU (run through check.sh).
+
+    python check.py kernels          every kernel against MPI_Reduce_local; throughput at 64 MiB
+    mpiexec -n N python check.py allreduce    staged Allreduce on one shared GPU, every dtype x op
+
+Inputs are small integers, so every result is exact in any order.
+"""
+import os
+import sys
+import time
+
+import numpy as np
+from mpi4py import MPI  # first: initializes MPI
+
+from numba import cuda
+
+from stragglar_mpi import Allreduce
+from stragglar_mpi import _cuda, _kernels
+
+INTS, FLOATS, COMPLEX = "bBhHiIlLqQ", "efd", "FD"
+CASES = ([(c, op) for c in INTS + FLOATS for op in ("SUM", "PROD", "MAX", "MIN")]
+         + [(c, op) for c in COMPLEX for op in ("SUM", "PROD")]
+         + [(c, op) for c in INTS for op in ("BAND", "BOR", "BXOR", "LAND", "LOR", "LXOR")]
+         + [("?", op) for op in ("LAND", "LOR", "LXOR")])
+TARGET = 0.70
+MIB64 = 64 << 20
+
+
+def contribution(rank, size, count, code, opname):
+    i = np.arange(count)
+    if opname == "PROD":  # one rank contributes 2 at each index
+        x = np.where((i + rank) % size == 0, 2, 1)
+    elif opname in ("LAND", "LOR", "LXOR"):
+        x = ((i * 7 + rank * 3) % 5 < 3).astype(int)
+    elif opname in ("BAND", "BOR", "BXOR"):
+        x = (i * 5 + rank * 11) % 64
+    else:
+        x = (i * 3 + rank * 7) % 13 + (rank == size - 1)
+    x = x.astype(np.dtype(code))
+    return x + 1j * x.real.astype(x.dtype) if code in COMPLEX else x
+
+
+def expected(size, count, code, opname):
+    acc = contribution(0, size, count, code, opname)
+    for r in range(1, size):
+        getattr(MPI, opname).Reduce_local(contribution(r, size, count, code, opname), acc)
+    return acc
+
+
+def peak_bandwidth():
+    """Theoretical DRAM bandwidth (bytes/s) from the device attributes, or None."""
+    dev = cuda.get_current_device()
+    try:
+        return 2 * dev.MEMORY_CLOCK_RATE * 1e3 * dev.GLOBAL_MEMORY_BUS_WIDTH / 8
+    except Exception:  # noqa: BLE001 - an attribute some drivers do not report
+        return None
+
+
+def timed(launch, repeat=50):
+    """Median seconds of ``launch`` (on the default stream), timed with CUDA events."""
+    for _ in range(3):
+        launch()
+    times = []
+    for _ in range(repeat):
+        start, end = cuda.event(), cuda.event()
+        start.record()
+        launch()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / 1e3)
+    return float(np.median(times))
+
+
+def check_kernels():
+    wrong = 0
+    for dtype, opname in [(d, o) for o, (_, ds) in _kernels.OPS.items() for d in ds]:
+        a, b = contribution(1, 3, 4099, dtype.char, opname), contribution(2, 3, 4099, dtype.char, opname)
+        want = b.copy()
+        getattr(MPI, opname).Reduce_local(a, want)
+        da, db = cuda.to_device(a), cuda.to_device(b)
+        _kernels.reduce(da, db, opname, 0)
+        if db.copy_to_host().tobytes() != want.tobytes():
+            wrong += 1
+            print(f"WRONG kernel {opname} {dtype}")
+    print(f"kernels: {len(_kernels.OPS)} ops, every dtype: #wrong {wrong}")
+    return wrong == 0
+
+
+def throughput():
+    dev = cuda.get_current_device()
+    peak = peak_bandwidth()
+    print(f"device: {dev.name}; theoretical memory bandwidth "
+          + (f"{peak / 1e9:.0f} GB/s" if peak else "unknown"))
+    a = cuda.to_device(np.ones(MIB64, np.uint8))
+    b = cuda.to_device(np.ones(MIB64, np.uint8))
+    copy = 2 * MIB64 / timed(lambda: b.copy_to_device(a))
+    print(f"device-to-device copy, 64 MiB: {copy / 1e9:.0f} GB/s")
+    ok = True
+    for code in ("f", "e", "d", "b"):
+        va, vb = a.view(np.dtype(code)), b.view(np.dtype(code))
+        _kernels.reduce(va, vb, "SUM", 0)  # compile outside the timing
+        seconds = timed(lambda: _kernels.reduce(va, vb, "SUM", 0))
+        rate = 3 * MIB64 / seconds  # read a, read b, write b
+        ref = peak or copy
+        share = rate / ref
+        print(f"reduction kernel SUM {np.dtype(code).name:8s} 64 MiB: {seconds * 1e6:8.1f} us "
+              f"{rate / 1e9:6.0f} GB/s = {share:5.1%} of {'peak' if peak else 'copy'} bandwidth")
+        if code == "f":
+            ok = share >= TARGET
+    print(f"target: float32 SUM at >= {TARGET:.0%} of the memory bandwidth: {'PASS' if ok else 'FAIL'}")
+    return ok
+
+
+def check_allreduce():
+    comm = MPI.COMM_WORLD
+    n, rank = comm.Get_size(), comm.Get_rank()
+    os.environ["STRAGGLAR_CUDA_AWARE"] = "0"
+    wrong = 0
+    for code, opname in CASES:
+        for count in (n + 5, 1001):
+            for in_place in (False, True):
+                wrong += not _one(comm, code, opname, count, in_place, "stragglar")
+    os.environ["STRAGGLAR_CUDA_PIECE_BYTES"] = str(1 << 20)
+    t = time.perf_counter()
+    for algorithm in ("stragglar", "ring", "rhd", "direct", "native", "auto"):
+        wrong += not _one(comm, "f", "SUM", (1 << 22) + 3, False, algorithm)  # 17 pieces
+    big = time.perf_counter() - t
+    wrong = comm.allreduce(wrong)
+    if rank == 0:
+        print(f"staged Allreduce, {n} ranks on one GPU: {len(CASES)} dtype x op cases, in place and not, "
+              f"{2 * len(CASES) * 2 + 6} calls; 6 x 16 MiB in {big:.2f} s; #wrong {wrong}")
+    return wrong == 0
+
+
+def _one(comm, code, opname, count, in_place, algorithm):
+    n, rank = comm.Get_size(), comm.Get_rank()
+    send = cuda.to_device(contribution(rank, n, count, code, opname))
+    out = send if in_place else cuda.device_array(count, np.dtype(code))
+    Allreduce(comm, MPI.IN_PLACE if in_place else send, out, getattr(MPI, opname), algorithm=algorithm)
+    got, want = out.copy_to_host(), expected(n, count, code, opname)
+    if not np.array_equal(got, want):
+        print(f"rank {rank}: WRONG {code} {opname} count={count} in_place={in_place} {algorithm}")
+        return False
+    return True
+
+
+def main(argv):
+    if _cuda.simulated() or not cuda.is_available():
+        print("check.py needs a real GPU (and NUMBA_ENABLE_CUDASIM unset)")
+        return 2
+    if argv[1:] == ["kernels"]:
+        ok = check_kernels()
+        return 0 if throughput() and ok else 1
+    if argv[1:] == ["allreduce"]:
+        return 0 if check_allreduce() else 1
+    print(__doc__)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,185 @@
+"""Allreduce on device arrays, run under the Numba CUDA simulator in CI.
+
+Both GPU paths are covered: staging through host memory (STRAGGLAR_CUDA_AWARE=0)
+and device pointers with reduction kernels (STRAGGLAR_CUDA_AWARE=1; the
+simulator's "device" memory is host memory, so any MPI can carry it).  Every
+result must equal, byte for byte, what the host path gives for the same input.
+"""
+import re
+
+import numpy as np
+import pytest
+from mpi4py import MPI
+
+from stragglar_mpi import Allreduce, stats
+from stragglar_mpi import _cuda, _device, _kernels
+from test_allreduce import CASES, contribution, expected
+
+cuda = pytest.importorskip("numba.cuda")
+if not cuda.is_available():
+    pytest.skip("no CUDA device and no simulator (set NUMBA_ENABLE_CUDASIM=1)", allow_module_level=True)
+
+PATHS = ["staged", "aware"]
+
+
+@pytest.fixture(autouse=True)
+def small_world(comm):
+    if comm.Get_size() > 4:
+        pytest.skip("device tests run at 1-4 ranks (the simulator is slow)")
+
+
+@pytest.fixture(params=PATHS)
+def path(request, monkeypatch):
+    monkeypatch.setenv("STRAGGLAR_CUDA_AWARE", "1" if request.param == "aware" else "0")
+    monkeypatch.setenv("STRAGGLAR_CUDA_PIECE_BYTES", "48")  # several staged pieces
+    return request.param
+
+
+def host_result(comm, send, opname, algorithm, in_place):
+    out = send.copy() if in_place else np.zeros_like(send)
+    Allreduce(comm, MPI.IN_PLACE if in_place else send, out, getattr(MPI, opname), algorithm=algorithm)
+    return out
+
+
+def device_result(comm, send, opname, algorithm, in_place):
+    dsend = cuda.to_device(send)
+    if in_place:
+        Allreduce(comm, MPI.IN_PLACE, dsend, getattr(MPI, opname), algorithm=algorithm)
+        return dsend.copy_to_host()
+    dout = cuda.to_device(np.zeros_like(send))
+    Allreduce(comm, dsend, dout, getattr(MPI, opname), algorithm=algorithm)
+    return dout.copy_to_host()
+
+
+@pytest.mark.parametrize("code,opname", CASES)
+def test_every_dtype_and_op(comm, path, code, opname):
+    n, rank = comm.Get_size(), comm.Get_rank()
+    count = n + 3
+    send = contribution(rank, n, count, code, opname)
+    device_pointers = path == "aware" and _kernels.supports(np.dtype(code), opname)
+    for in_place in (False, True):
+        got = device_result(comm, send, opname, "stragglar", in_place)
+        assert (stats(comm)["last"]["transport"] == "cuda") == device_pointers
+        want = host_result(comm, send, opname, "stragglar", in_place)
+        np.testing.assert_array_equal(got, want, err_msg=f"in_place={in_place}")
+        if code not in "gG":  # long double has padding bytes that nobody writes
+            assert got.tobytes() == want.tobytes(), f"in_place={in_place}"
+        np.testing.assert_array_equal(got, expected(n, count, code, opname))
+
+
+@pytest.mark.parametrize("algorithm", ["stragglar", "ring", "rhd", "direct", "native", "auto"])
+def test_algorithms_and_stragglers(comm, path, algorithm, monkeypatch):
+    n, rank = comm.Get_size(), comm.Get_rank()
+    if path == "staged":
+        monkeypatch.setenv("STRAGGLAR_CUDA_PIECE_BYTES", "2048")
+    for straggler, count in [(0, 2 * n + 1), (n - 1, 1000 if path == "staged" else 50), (n // 2, 1)]:
+        send = contribution(rank, n, count, "d", "SUM")
+        for in_place in (False, True):
+            dsend = cuda.to_device(send)
+            dout = dsend if in_place else cuda.device_array_like(send)
+            Allreduce(comm, MPI.IN_PLACE if in_place else dsend, dout, MPI.SUM,
+                      straggler=straggler, algorithm=algorithm)
+            np.testing.assert_array_equal(dout.copy_to_host(), expected(n, count, "d", "SUM"))
+
+
+def test_buffer_spec_forms(comm, path):
+    n, rank = comm.Get_size(), comm.Get_rank()
+    send = contribution(rank, n, 12, "i", "SUM")
+    want = expected(n, 12, "i", "SUM")
+    specs = [lambda d: d, lambda d: [d, MPI.INT], lambda d: [d, 12, MPI.INT], lambda d: (d, 12, "i"),
+             lambda d: [d, (12, 0), MPI.INT]]
+    for form in specs:
+        dsend, dout = cuda.to_device(send), cuda.device_array(12, np.int32)
+        Allreduce(comm, form(dsend), form(dout), MPI.SUM)
+        np.testing.assert_array_equal(dout.copy_to_host(), want)
+    dsend, dout = cuda.to_device(send), cuda.to_device(np.full(12, -1, np.int32))
+    Allreduce(comm, [dsend, (5, 4), MPI.INT], [dout, (5, 2), MPI.INT], MPI.SUM)
+    got = dout.copy_to_host()
+    np.testing.assert_array_equal(got[2:7], expected(n, 9, "i", "SUM")[4:9])
+    assert (got[:2] == -1).all() and (got[7:] == -1).all()
+
+
+def test_mixed_host_and_device(comm, path):
+    n, rank = comm.Get_size(), comm.Get_rank()
+    send = contribution(rank, n, 20, "f", "MAX")
+    host_out = np.zeros_like(send)
+    Allreduce(comm, cuda.to_device(send), host_out, MPI.MAX)
+    np.testing.assert_array_equal(host_out, expected(n, 20, "f", "MAX"))
+    dout = cuda.device_array_like(send)
+    Allreduce(comm, send, dout, MPI.MAX)
+    np.testing.assert_array_equal(dout.copy_to_host(), expected(n, 20, "f", "MAX"))
+
+
+def test_user_defined_op_is_staged(comm, path):
+    n, rank = comm.Get_size(), comm.Get_rank()
+    op = MPI.Op.Create(lambda a, b, dt: np.add(np.frombuffer(a, "d"), np.frombuffer(b, "d"),
+                                                out=np.frombuffer(b, "d")), commute=True)
+    try:
+        send = contribution(rank, n, 9, "d", "SUM")
+        dout = cuda.device_array_like(send)
+        Allreduce(comm, cuda.to_device(send), dout, op)
+        np.testing.assert_array_equal(dout.copy_to_host(), expected(n, 9, "d", "SUM"))
+    finally:
+        op.Free()
+
+
+def _error(call):
+    """(type, MPI error class, message without addresses) of what ``call`` raises."""
+    try:
+        call()
+    except Exception as exc:  # noqa: BLE001 - the point is to compare whatever is raised
+        error_class = exc.Get_error_class() if isinstance(exc, MPI.Exception) else None
+        return type(exc), error_class, re.sub(r"0x[0-9a-f]+", "0x", str(exc))
+    return None
+
+
+BAD = {
+    "non-contiguous send": lambda x, y: (x[::2], y[:5]),
+    "non-contiguous recv": lambda x, y: (x[:5], y[::2]),
+    "mismatched sizes": lambda x, y: (x, y[:4]),
+    "mismatched dtypes": lambda x, y: (x, y.view(np.int64)),
+    "count and datatype mismatch": lambda x, y: ([x, 10, MPI.DOUBLE], [y, 10, MPI.FLOAT]),
+    "bad typecode": lambda x, y: ([x, "?x"], [y, "?x"]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD))
+def test_bad_device_input_raises_like_host(comm, path, case):
+    host = BAD[case](np.zeros(10), np.zeros(10))
+    dev = BAD[case](cuda.to_device(np.zeros(10)), cuda.to_device(np.zeros(10)))
+    want = _error(lambda: Allreduce(comm, *host, MPI.SUM))
+    assert want is not None
+    assert _error(lambda: Allreduce(comm, *dev, MPI.SUM)) == want
+
+
+@pytest.mark.parametrize("kwargs", [dict(op=MPI.SUM.handle), dict(straggler=99), dict(algorithm="nope")])
+def test_bad_arguments_raise_like_host(comm, path, kwargs):
+    args = {"op": MPI.SUM, **kwargs}
+    want = _error(lambda: Allreduce(comm, np.zeros(4), np.zeros(4), **args))
+    got = _error(lambda: Allreduce(comm, cuda.to_device(np.zeros(4)), cuda.device_array(4), **args))
+    assert want is not None and got == want
+
+
+def test_op_that_does_not_apply_raises_like_host(comm, path):
+    want = _error(lambda: Allreduce(comm, np.zeros(4), np.zeros(4), MPI.BAND, algorithm="stragglar"))
+    got = _error(lambda: Allreduce(comm, cuda.to_device(np.zeros(4)), cuda.device_array(4), MPI.BAND,
+                                   algorithm="stragglar"))
+    assert want is not None and got == want
+
+
+class HostCAI:
+    """Exposes __cuda_array_interface__ over host memory, as mpi4py's own tests do."""
+
+    def __init__(self, array):
+        self.array = array
+        self.__cuda_array_interface__ = {"version": 3, "shape": array.shape, "typestr": array.dtype.str,
+                                         "data": (array.ctypes.data, False), "strides": None}
+
+
+def test_cuda_array_interface_over_host_memory_takes_host_path(comm):
+    n, rank = comm.Get_size(), comm.Get_rank()
+    send, out = contribution(rank, n, 7, "d", "SUM"), np.zeros(7)
+    if _cuda.memory_kind(send.ctypes.data) == "host":
+        assert not _device.is_device_call(HostCAI(send), HostCAI(out))
+    Allreduce(comm, HostCAI(send), HostCAI(out), MPI.SUM)
+    np.testing.assert_array_equal(out, expected(n, 7, "d", "SUM"))
