@@ -9,7 +9,7 @@ from mpi4py cimport MPI
 from mpi4py.libmpi cimport (
     MPI_Comm, MPI_Datatype, MPI_Op, MPI_Request, MPI_Count, MPI_Aint,
     MPI_SUCCESS, MPI_REQUEST_NULL, MPI_STATUSES_IGNORE,
-    MPI_Isend_c, MPI_Irecv_c, MPI_Testall, MPI_Cancel, MPI_Wait, MPI_STATUS_IGNORE,
+    MPI_Isend_c, MPI_Irecv_c, MPI_Testall, MPI_Test, MPI_Cancel, MPI_Request_free, MPI_STATUS_IGNORE,
     MPI_Reduce_local_c, MPI_Type_get_extent, MPI_BYTE, MPI_Wtime,
 )
 from libc.string cimport memcpy
@@ -46,22 +46,39 @@ cdef enum:
     TAG_MOD = 32768
 
 
-cdef inline int _complete(MPI_Request *reqs, int n) noexcept nogil:
+cdef enum:
+    TIMED_OUT = -1
+
+
+cdef inline int _complete(MPI_Request *reqs, int n, double deadline) noexcept nogil:
+    # Test and yield, never a blocking spin; TIMED_OUT once MPI_Wtime passes deadline (> 0).
     cdef int flag = 0, ierr = MPI_SUCCESS
     while True:
         ierr = MPI_Testall(n, reqs, &flag, MPI_STATUSES_IGNORE)
         if ierr != MPI_SUCCESS or flag:
             return ierr
+        if deadline > 0 and MPI_Wtime() > deadline:
+            return TIMED_OUT
         sched_yield()
 
 
 cdef inline void _abandon(MPI_Request *reqs, int n) noexcept nogil:
-    # After an error: cancel what is still posted so no buffer is written later.
-    cdef int i
+    # After an error or a timeout: cancel what is still posted, so that no receive
+    # writes into a buffer after we return; a request that will not die within
+    # half a second (a send to a rank that never came) is freed instead.
+    cdef int i, flag
+    cdef double until = MPI_Wtime() + 0.5
     for i in range(n):
         if reqs[i] != MPI_REQUEST_NULL:
             MPI_Cancel(&reqs[i])
-            MPI_Wait(&reqs[i], MPI_STATUS_IGNORE)
+    for i in range(n):
+        flag = 0
+        while reqs[i] != MPI_REQUEST_NULL and not flag:
+            MPI_Test(&reqs[i], &flag, MPI_STATUS_IGNORE)
+            if not flag and MPI_Wtime() > until:
+                MPI_Request_free(&reqs[i])
+                break
+            sched_yield()
 
 
 cdef void _combine(num_t *a, num_t *b, Py_ssize_t n, int op) noexcept nogil:
@@ -96,91 +113,98 @@ cdef int _reduce(char *a, char *b, int64_t n, int kernel, MPI_Datatype dtype, MP
     return MPI_SUCCESS
 
 
+cdef struct Posted:
+    MPI_Request *reqs
+    int *peers
+    int n
+    int cap
+    double first      # MPI_Wtime when the first round of requests completed, or -1
+    double deadline
+
+
+cdef inline int _settle(Posted *p) noexcept nogil:
+    cdef int ierr
+    if p.n == 0:
+        return MPI_SUCCESS
+    ierr = _complete(p.reqs, p.n, p.deadline)
+    if ierr == MPI_SUCCESS:
+        p.n = 0
+        if p.first < 0:
+            p.first = MPI_Wtime()
+    return ierr
+
+
 cdef int _run(const int64_t[:, ::1] plan, char **bufs, MPI_Comm comm,
-              MPI_Datatype dtype, MPI_Op op, MPI_Aint extent,
-              MPI_Request *reqs, int maxreq, double *first, int kernel) except -1 nogil:
+              MPI_Datatype dtype, MPI_Op op, MPI_Aint extent, Posted *p, int kernel) noexcept nogil:
     cdef Py_ssize_t i
-    cdef int nreq = 0, ierr = MPI_SUCCESS
+    cdef int ierr = MPI_SUCCESS
     cdef int64_t kind, rnd = -1
     cdef char *a
-    cdef char *b
     for i in range(plan.shape[0]):
         kind = plan[i, 0]
         a = bufs[plan[i, 3]] + plan[i, 4]
-        if plan[i, 1] != rnd:
-            # A round starts only when this rank's part of the previous one is done.
+        if plan[i, 1] != rnd or kind == REDUCE or kind == COPY:
+            # A round starts, and local work begins, only when this rank's messages are done.
             rnd = plan[i, 1]
-            if nreq:
-                ierr = _complete(reqs, nreq)
-                if ierr != MPI_SUCCESS:
-                    break
-                nreq = 0
-                if first[0] < 0:
-                    first[0] = MPI_Wtime()
-        if kind == RECV or kind == SEND:
-            if nreq == maxreq:
-                with gil:
-                    raise RuntimeError("plan posts more requests than announced")
-            if kind == RECV:
-                ierr = MPI_Irecv_c(a, <MPI_Count>plan[i, 5], dtype, <int>plan[i, 2],
-                                   <int>(plan[i, 1] % TAG_MOD), comm, &reqs[nreq])
-            else:
-                ierr = MPI_Isend_c(a, <MPI_Count>plan[i, 5], dtype, <int>plan[i, 2],
-                                   <int>(plan[i, 1] % TAG_MOD), comm, &reqs[nreq])
-            nreq += 1
-        else:
-            if nreq:
-                ierr = _complete(reqs, nreq)
-                if ierr != MPI_SUCCESS:
-                    break
-                nreq = 0
-                if first[0] < 0:
-                    first[0] = MPI_Wtime()
-            b = bufs[plan[i, 6]] + plan[i, 7]
-            if kind == REDUCE:
-                ierr = _reduce(a, b, plan[i, 5], kernel, dtype, op)
-            else:
-                memcpy(b, a, <size_t>(plan[i, 5] * extent))
+            ierr = _settle(p)
+        if ierr == MPI_SUCCESS and kind == RECV:
+            p.peers[p.n] = <int>plan[i, 2]
+            ierr = MPI_Irecv_c(a, <MPI_Count>plan[i, 5], dtype, <int>plan[i, 2],
+                               <int>(rnd % TAG_MOD), comm, &p.reqs[p.n])
+            p.n += 1
+        elif ierr == MPI_SUCCESS and kind == SEND:
+            p.peers[p.n] = <int>plan[i, 2]
+            ierr = MPI_Isend_c(a, <MPI_Count>plan[i, 5], dtype, <int>plan[i, 2],
+                               <int>(rnd % TAG_MOD), comm, &p.reqs[p.n])
+            p.n += 1
+        elif ierr == MPI_SUCCESS and kind == REDUCE:
+            ierr = _reduce(a, bufs[plan[i, 6]] + plan[i, 7], plan[i, 5], kernel, dtype, op)
+        elif ierr == MPI_SUCCESS:
+            memcpy(bufs[plan[i, 6]] + plan[i, 7], a, <size_t>(plan[i, 5] * extent))
         if ierr != MPI_SUCCESS:
-            break
-    if ierr == MPI_SUCCESS and nreq:
-        ierr = _complete(reqs, nreq)
-        nreq = 0
-        if ierr == MPI_SUCCESS and first[0] < 0:
-            first[0] = MPI_Wtime()
-    if ierr != MPI_SUCCESS:
-        _abandon(reqs, nreq)
-        with gil:
-            raise _MPI.Exception(ierr)
-    return 0
+            return ierr
+    return _settle(p)
 
 
 def execute(const int64_t[:, ::1] plan, tuple addresses, MPI.Comm comm,
-            MPI.Datatype dtype, MPI.Op op, int maxreq, int kernel=0):
+            MPI.Datatype dtype, MPI.Op op, int maxreq, int kernel=0, double deadline=0.0):
     """Run ``plan`` on the buffers at ``addresses`` (input, output, scratch).
 
     ``kernel`` selects a typed reduction loop (see ``kernel_id``); 0 uses MPI_Reduce_local.
-
+    ``deadline``: an MPI_Wtime after which waiting stops; the outstanding
+    requests are cancelled and ``Pending(round, peers)`` is raised.
     Returns the MPI_Wtime at which the first receives completed, or None.
     """
     cdef char *bufs[3]
-    cdef double first = -1.0
-    cdef int k
+    cdef int k, ierr
     cdef MPI_Aint lb = 0, extent = 0
+    cdef Posted p
     for k in range(3):
         bufs[k] = <char *><uintptr_t>addresses[k]
     MPI_Type_get_extent(dtype.ob_mpi, &lb, &extent)
-    cdef MPI_Request *reqs = <MPI_Request *>malloc(max(maxreq, 1) * sizeof(MPI_Request))
-    if reqs == NULL:
+    if plan.shape[0] and maxreq < 1:
+        raise ValueError("maxreq must be positive")
+    p.reqs = <MPI_Request *>malloc(max(maxreq, 1) * sizeof(MPI_Request))
+    p.peers = <int *>malloc(max(maxreq, 1) * sizeof(int))
+    p.n, p.cap, p.first, p.deadline = 0, maxreq, -1.0, deadline
+    if p.reqs == NULL or p.peers == NULL:
+        free(p.reqs)
+        free(p.peers)
         raise MemoryError()
     try:
-        for k in range(maxreq):
-            reqs[k] = MPI_REQUEST_NULL
         with nogil:
-            _run(plan, bufs, comm.ob_mpi, dtype.ob_mpi, op.ob_mpi, extent, reqs, maxreq, &first, kernel)
+            ierr = _run(plan, bufs, comm.ob_mpi, dtype.ob_mpi, op.ob_mpi, extent, &p, kernel)
+            if ierr != MPI_SUCCESS:
+                _abandon(p.reqs, p.n)
+        if ierr == TIMED_OUT:
+            from ._errors import Pending
+            raise Pending(sorted({p.peers[k] for k in range(p.n)}))
+        if ierr != MPI_SUCCESS:
+            raise _MPI.Exception(ierr)
     finally:
-        free(reqs)
-    return first if first >= 0 else None
+        free(p.reqs)
+        free(p.peers)
+    return p.first if p.first >= 0 else None
 
 
 def ping(MPI.Comm comm, int peer, int nbytes, int tag=0):
@@ -196,7 +220,7 @@ def ping(MPI.Comm comm, int peer, int nbytes, int tag=0):
         if ierr == MPI_SUCCESS:
             ierr = MPI_Isend_c(sbuf, nbytes, MPI_BYTE, peer, tag, comm.ob_mpi, &reqs[1])
         if ierr == MPI_SUCCESS:
-            ierr = _complete(reqs, 2)
+            ierr = _complete(reqs, 2, 0.0)
     if ierr != MPI_SUCCESS:
         raise _MPI.Exception(ierr)
     return bytes(out)

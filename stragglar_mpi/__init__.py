@@ -12,6 +12,7 @@ from mpi4py import MPI  # noqa: F401
 
 from ._allreduce import Allreduce, stats
 from ._comm import Comm
+from ._errors import StragglerTimeout
 from ._version import __version__
 from .schedule import Schedule, ScheduleError, synthesize, verify
 
@@ -19,6 +20,7 @@ __all__ = [
     "Allreduce",
     "Comm",
     "stats",
+    "StragglerTimeout",
     "Schedule",
     "ScheduleError",
     "synthesize",

@@ -6,9 +6,11 @@ from functools import lru_cache
 import numpy as np
 from mpi4py import MPI
 
-from . import _config, _transport
+from . import _config, _device, _transport
 from ._buffers import is_in_place, resolve, validate
+from ._errors import Pending, StragglerTimeout
 from ._plan import compile_plan
+from ._policy import POLICIES, auto_algorithm, predict_straggler
 from ._state import state_of
 from .schedule import PHASE1, build, chunk_bounds
 
@@ -22,44 +24,204 @@ _SCHEDULED = ("stragglar", "ring", "rhd", "direct")
 def Allreduce(comm, sendbuf, recvbuf, op=MPI.SUM, *, straggler=None, algorithm=None):
     """Drop-in for ``comm.Allreduce(sendbuf, recvbuf, op)``.
 
-    ``straggler``: the rank expected to arrive last (default: the last rank).
-    ``algorithm``: "auto" (default), "stragglar", "ring", "rhd", "direct" or
-    "native"; the STRAGGLAR_ALGO environment variable overrides it.
+    ``straggler``: who plays the straggler: a rank; "arrival" (the last rank to
+    call, found at run time; the default); or "predict" (the rank that came
+    last most often in recent calls, found without waiting).
+    ``algorithm``: "auto" (default: native for small buffers or no delay,
+    StragglAR when the observed delay pays), "stragglar", "ring", "rhd",
+    "direct" or "native"; the STRAGGLAR_ALGO environment variable overrides it.
     Non-commutative ops, pair types (MAXLOC/MINLOC), derived datatypes and a
     single rank always take the native path.
+    With STRAGGLAR_TIMEOUT set, a call that waits longer raises
+    ``StragglerTimeout`` on every waiting rank; with STRAGGLAR_VALIDATE=1 every
+    rank checks that all ranks passed the same arguments.
     """
+    if _device.is_device_call(sendbuf, recvbuf):
+        return _device.allreduce(comm, sendbuf, recvbuf, op, straggler=straggler, algorithm=algorithm)
     t_call = MPI.Wtime()
-    name = _config.algorithm(algorithm)
-    n = comm.Get_size()
-    straggler = _check_straggler(straggler, n)
-    validate(sendbuf, recvbuf, op)
-    in_place = is_in_place(sendbuf)
-    out = resolve(recvbuf, readonly=False)
-    src = out if in_place else resolve(sendbuf, readonly=True)
-    name = _decide(name, n, out, op)
+    timeout = _config.timeout()
+    deadline = t_call + timeout if timeout else 0.0
+    check = lambda: _Args(comm, sendbuf, recvbuf, op, straggler, algorithm)  # noqa: E731
+    args = _same_everywhere(comm, check, deadline) if _config.validating() else check()
     state = state_of(comm)
+    if state.broken:
+        raise RuntimeError(f"stragglar_mpi: this communicator is unusable after: {state.broken}")
+    try:
+        _run(state, args, t_call, deadline)
+    except Pending as exc:
+        raise _timed_out(state, "phase 2 (the round schedule)", timeout, exc.peers) from None
+
+
+class _Args:
+    """The checked arguments of one call (raises what mpi4py raises for bad ones)."""
+
+    def __init__(self, comm, sendbuf, recvbuf, op, straggler, algorithm):
+        requested = _config.algorithm(algorithm)
+        self.n = comm.Get_size()
+        self.policy = _check_straggler(straggler, self.n)
+        validate(sendbuf, recvbuf, op)
+        self.sendbuf, self.recvbuf, self.op = sendbuf, recvbuf, op
+        self.in_place = is_in_place(sendbuf)
+        self.out = resolve(recvbuf, readonly=False)
+        self.src = self.out if self.in_place else resolve(sendbuf, readonly=True)
+        self.name = _decide(requested, self.n, self.out, op)
+        if self.name != "native":
+            _check_op(op, self.out.datatype)
+        self.signature = (requested, str(self.policy), self.in_place, self.out.count,
+                          self.out.datatype.Get_size(), _type_name(self.out.datatype),
+                          op.handle if op.is_predefined else -1)
+
+
+def _run(state, args, t_call, deadline):
+    name, straggler = args.name, None
+    if name != "native" or deadline:
+        name, straggler = _roles(state, name, args.policy, args.out.count * args.out.extent,
+                                 args.n, tracked=bool(deadline), deadline=deadline)
     if name == "native":
-        MPI.Intracomm.Allreduce(comm, MPI.IN_PLACE if in_place else sendbuf, recvbuf, op)
-        _record(state, name, None, t_call, t_call, None, MPI.Wtime(), None)
+        _native(state, args, deadline)
+        _record(state, name, None, args.policy, t_call, t_call, None, MPI.Wtime(), None)
         return
-    _check_op(op, out.datatype)
     transport = _transport.name()
-    t_p1, first = _run_schedule(state, name, straggler, src, out, op, in_place, transport)
-    _record(state, name, straggler if name in PHASE1_ROLES else None,
-            t_call, t_p1, first, MPI.Wtime(), transport)
+    t_p1, first = _run_schedule(state, name, straggler, args, transport, deadline)
+    _record(state, name, straggler, args.policy, t_call, t_p1, first, MPI.Wtime(), transport)
+
+
+def _native(state, args, deadline):
+    sendbuf = MPI.IN_PLACE if args.in_place else args.sendbuf
+    if not deadline:
+        MPI.Intracomm.Allreduce(state.private, sendbuf, args.recvbuf, args.op)
+        return
+    request = MPI.Intracomm.Iallreduce(state.private, sendbuf, args.recvbuf, args.op)
+    _wait(state, request, deadline, "the native AllReduce")
+
+
+def _wait(state, request, deadline, phase):
+    if not _transport.wait([request], deadline):
+        raise _timed_out(state, phase, None, ())
+
+
+def _timed_out(state, phase, timeout, peers):
+    """The StragglerTimeout for this rank; marks the communicator's state unusable."""
+    missing = state.absent_ranks()
+    who = (f"rank(s) {', '.join(map(str, missing))} did not arrive" if missing
+           else f"no message came from rank(s) {', '.join(map(str, peers)) or '?'}")
+    limit = timeout or _config.timeout()
+    message = (f"stragglar_mpi: Allreduce timed out after {limit:g} s in {phase}: {who}. "
+               "This communicator's library state is now unusable; abort the job (comm.Abort()).")
+    state.broken = message
+    return StragglerTimeout(message, missing=missing, phase=phase, peers=peers)
+
+
+def _same_everywhere(comm, check, deadline):
+    """Run ``check`` on every rank and compare the results; raise the same error everywhere."""
+    try:
+        args, error = check(), None
+    except (ValueError, TypeError, BufferError, MPI.Exception) as exc:
+        args, error = None, exc
+    state = state_of(comm)
+    mine = repr(("error", f"{type(error).__name__}: {error}") if error else args.signature)
+    everyone = _allgather_text(state, mine, deadline)
+    problem = _mismatch(everyone)
+    if error is not None:
+        raise error
+    if problem:
+        raise ValueError(f"stragglar_mpi: Allreduce arguments differ across ranks: {problem}")
+    return args
+
+
+def _allgather_text(state, text, deadline):
+    n = state.private.Get_size()
+    raw = np.frombuffer(text.encode()[:4096].ljust(4096), np.uint8)
+    everyone = np.empty((n, 4096), np.uint8)
+    request = state.private.Iallgather(raw, everyone)
+    if not _transport.wait([request], deadline):
+        raise _timed_out(state, "the argument check (STRAGGLAR_VALIDATE)", None, ())
+    return [bytes(row).decode().rstrip() for row in everyone]
+
+
+_FIELDS = ("algorithm", "straggler", "in place", "count", "datatype size", "datatype", "op")
+
+
+def _mismatch(everyone):
+    """A readable account of what differs, naming the ranks; '' when all agree."""
+    import ast
+    errors = [f"rank {r}: {v[1]}" for r, v in enumerate(map(ast.literal_eval, everyone))
+              if v[0] == "error"]
+    if errors:
+        return "bad arguments on " + "; ".join(errors)
+    values = [ast.literal_eval(v) for v in everyone]
+    parts = []
+    for i, field in enumerate(_FIELDS):
+        seen = {}
+        for rank, v in enumerate(values):
+            seen.setdefault(v[i], []).append(rank)
+        if len(seen) > 1:
+            groups = "; ".join(f"ranks {_ranges(r)}: {val!r}" for val, r in seen.items())
+            parts.append(f"{field} ({groups})")
+    return ", ".join(parts)
+
+
+def _ranges(ranks):
+    return ",".join(map(str, ranks)) if len(ranks) < 6 else f"{ranks[0]}..{ranks[-1]} ({len(ranks)})"
+
+
+def _type_name(datatype):
+    try:
+        return datatype.tocode()
+    except Exception:
+        return datatype.Get_name() or "derived"
 
 
 PHASE1_ROLES = ("stragglar", "direct")
 
 
 def _check_straggler(straggler, n):
+    """The role policy: a rank, "arrival" or "predict" (None means "arrival")."""
     if straggler is None:
-        return n - 1
+        return "arrival"
+    if isinstance(straggler, str):
+        if straggler not in POLICIES:
+            raise ValueError(f"straggler must be a rank, 'arrival' or 'predict'; got {straggler!r}")
+        return straggler
     if isinstance(straggler, (bool, np.bool_)) or not isinstance(straggler, (int, np.integer)):
-        raise TypeError(f"straggler must be a rank (int) or None, not {type(straggler).__name__}")
+        raise TypeError(f"straggler must be a rank (int), 'arrival', 'predict' or None, "
+                        f"not {type(straggler).__name__}")
     if not 0 <= straggler < n:
         raise ValueError(f"straggler {straggler} is not a rank of a communicator of size {n}")
     return int(straggler)
+
+
+def _roles(state, name, policy, nbytes, n, tracked=False, deadline=0.0):
+    """(algorithm, straggler) for this call, the same on every rank.
+
+    Calls that need arrival data ("auto", a policy by name, or a timeout that
+    must name the missing ranks) go through the shared arrival table; the
+    others touch nothing.
+    """
+    needs_roles = name == "auto" or (name in PHASE1_ROLES and isinstance(policy, str))
+    if not (needs_roles or (tracked and n > 1)):
+        return name, (policy if name in PHASE1_ROLES else None)
+    arrivals = state.arrivals()
+    arrivals.arrive()
+    state.tracked_seq = arrivals.seq
+    previous = arrivals.previous()
+    if previous is not None:
+        state.history.append(previous)
+    try:
+        if name == "auto":
+            name = auto_algorithm(state.history, n, nbytes)
+        if name not in PHASE1_ROLES:
+            return name, None
+        if policy == "predict":
+            return name, predict_straggler(state.history, n)
+        if policy != "arrival":
+            return name, policy
+        straggler = arrivals.straggler(deadline)
+        if straggler is None:
+            raise _timed_out(state, "the arrival of the early ranks", None, ())
+        return name, straggler
+    finally:
+        arrivals.finish()
 
 
 def _decide(name, n, out, op):
@@ -68,8 +230,8 @@ def _decide(name, n, out, op):
     if (n == 1 or out.count == 0 or not op.Is_commutative() or dt.handle in _PAIR_TYPES
             or not dt.is_predefined or dt.Get_size() != dt.Get_extent()[1]):
         return "native"
-    if name == "auto":
-        return "native" if out.count * dt.Get_size() < _config.auto_min_bytes() else "stragglar"
+    if name == "auto" and out.count * dt.Get_size() < _config.auto_min_bytes():
+        return "native"
     return name
 
 
@@ -113,23 +275,25 @@ def _prepared(schedule, rank):
     return frozenset(range(schedule.chunks))
 
 
-def _run_schedule(state, name, straggler, src, out, op, in_place, transport):
-    comm, dt, extent = state.private, out.datatype, out.extent
+def _run_schedule(state, name, straggler, args, transport, deadline):
+    comm, out, src = state.private, args.out, args.src
+    dt, extent = out.datatype, out.extent
     rank, n = comm.Get_rank(), comm.Get_size()
-    commutative = _exactly_commutative(op, dt)
-    schedule, plan = _plan(name, n, straggler, rank, out.count, extent, in_place,
+    commutative = _exactly_commutative(args.op, dt)
+    schedule, plan = _plan(name, n, straggler, rank, out.count, extent, args.in_place,
                            commutative, dt.handle)
     scratch_bytes = plan.scratch_bytes
     kind = PHASE1.get(name)
     if kind and rank != straggler:
         bounds = chunk_bounds(out.count, schedule.chunks)
         scratch_bytes = max(scratch_bytes, max(b[1] for b in bounds) * extent)
-        scratch = state.scratch(scratch_bytes)
-        _phase1(state.early_comm(straggler), kind, bounds, src, out, op, in_place, scratch)
+        started = _phase1(state.early_comm(straggler), kind, bounds, args, state.scratch(scratch_bytes))
+        _wait(state, started.request, deadline, f"phase 1 ({kind} among the early ranks)")
+        started.finish()
     scratch = state.scratch(scratch_bytes)
     t_p1 = MPI.Wtime()
     addresses = (src.address, out.address, MPI.buffer(scratch).address)
-    first = _transport.execute(plan, addresses, comm, dt, op, transport)
+    first = _transport.execute(plan, addresses, comm, dt, args.op, transport, deadline)
     return t_p1, first
 
 
@@ -139,29 +303,40 @@ def _region(msg, offset, count):
     return [MPI.buffer.fromaddress(msg.address + offset * extent, count * extent), count, msg.datatype]
 
 
-def _phase1(sub, kind, bounds, src, out, op, in_place, scratch):
-    """ReduceScatter (or AllReduce for "direct") among the early ranks."""
-    count = out.count
+class _Phase1:
+    """A nonblocking phase 1 and what to do once it completes."""
+
+    def __init__(self, request, then=None):
+        self.request, self.then = request, then
+
+    def finish(self):
+        if self.then:
+            self.then()
+
+
+def _phase1(sub, kind, bounds, args, scratch):
+    """ReduceScatter (or AllReduce for "direct") among the early ranks, started."""
+    src, out, op, count = args.src, args.out, args.op, args.out.count
     if kind == "allreduce":
-        sub.Allreduce(MPI.IN_PLACE if in_place else _region(src, 0, count), _region(out, 0, count), op)
-        return
+        send = MPI.IN_PLACE if args.in_place else _region(src, 0, count)
+        return _Phase1(sub.Iallreduce(send, _region(out, 0, count), op))
     offset, length = bounds[sub.Get_rank()]
     counts = [b[1] for b in bounds]
-    if not in_place:
-        sub.Reduce_scatter(_region(src, 0, count), _region(out, offset, length), counts, op)
-        return
+    if not args.in_place:
+        return _Phase1(sub.Ireduce_scatter(_region(src, 0, count), _region(out, offset, length), counts, op))
     nbytes = length * out.extent
-    sub.Reduce_scatter(_region(out, 0, count), [scratch[:nbytes], length, out.datatype], counts, op)
+    request = sub.Ireduce_scatter(_region(out, 0, count), [scratch[:nbytes], length, out.datatype], counts, op)
     dst = np.frombuffer(MPI.buffer.fromaddress(out.address + offset * out.extent, nbytes), np.uint8)
-    dst[:] = scratch[:nbytes]
+    return _Phase1(request, lambda: dst.__setitem__(slice(None), scratch[:nbytes]))
 
 
-def _record(state, name, straggler, t_call, t_p1, first, t_end, transport):
+def _record(state, name, straggler, policy, t_call, t_p1, first, t_end, transport):
     state.calls[name] += 1
     arrived = first if first is not None else t_p1
     state.last = {
         "algorithm": name,
         "straggler": straggler,
+        "policy": policy if name in PHASE1_ROLES else None,
         "transport": transport,
         "reduce_scatter": t_p1 - t_call,
         "wait": arrived - t_p1,

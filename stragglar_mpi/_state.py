@@ -7,7 +7,10 @@ straggler is never waited for while they are built.
 """
 from __future__ import annotations
 
-from collections import Counter
+import atexit
+import os
+import weakref
+from collections import Counter, deque
 
 import numpy as np
 from mpi4py import MPI
@@ -18,10 +21,41 @@ _TAG_SUBCOMM = 4242
 class State:
     def __init__(self, comm):
         self.private = MPI.Intracomm(MPI.Intracomm.Dup(comm))
+        # The same key on every member: windows are freed at exit in key order,
+        # so ranks that share several communicators never wait on each other crosswise.
+        self.key = self.private.bcast((MPI.Wtime(), os.getpid(), id(self)), root=0)
         self.early_comms = {}
         self.calls = Counter()
         self.last = {}
+        self.history = deque(maxlen=64)   # arrival records of earlier tracked calls
+        self.tracked_seq = None           # arrival-table number of the last tracked call
+        self.broken = None                # why this state is unusable (after a timeout)
+        self._arrivals = None
+        if self.private.Get_size() > 1:
+            self.arrivals()   # collective, like the Dup: both happen in the first call only
         self._scratch = np.empty(0, dtype=np.uint8)
+
+    def arrivals(self):
+        """The shared arrival table (made collectively with the state, in the first call)."""
+        if self._arrivals is None:
+            from ._arrival import Arrivals
+            self._arrivals = Arrivals(self.private)
+            _WITH_WINDOWS.add(self)
+        return self._arrivals
+
+    def absent_ranks(self):
+        """Ranks missing from the arrival table of the current call, when it is tracked."""
+        if self._arrivals is None or self.tracked_seq is None:
+            return []
+        try:
+            return self._arrivals.absent(self.tracked_seq)
+        except MPI.Exception:
+            return []
+
+    def free_arrivals(self):
+        if self._arrivals is not None and not MPI.Is_finalized():
+            self._arrivals.free()
+        self._arrivals = None
 
     def early_comm(self, straggler):
         """Intracomm of every rank but ``straggler``, in rank order (call on early ranks)."""
@@ -43,10 +77,22 @@ class State:
     def free(self):
         if MPI.Is_finalized():
             return
+        self.free_arrivals()
         for sub in self.early_comms.values():
             sub.Free()
         self.early_comms.clear()
         self.private.Free()
+
+
+_WITH_WINDOWS = weakref.WeakSet()
+
+
+@atexit.register
+def _free_windows():
+    # Runs before mpi4py finalizes MPI (atexit is last-in, first-out): windows
+    # still open at MPI_Finalize make some transports complain.
+    for state in sorted(_WITH_WINDOWS, key=lambda st: st.key):
+        state.free_arrivals()
 
 
 def _delete(comm, keyval, state):

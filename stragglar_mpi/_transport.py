@@ -10,6 +10,7 @@ import warnings
 
 from mpi4py import MPI
 
+from ._errors import Pending
 from ._plan import COPY, RECV, REDUCE, SEND
 
 try:
@@ -37,43 +38,73 @@ def name() -> str:
     return choice
 
 
-def execute(plan, addresses, comm, datatype, op, transport):
-    """Run ``plan``; return the MPI_Wtime at which its first receive completed (or None)."""
+def execute(plan, addresses, comm, datatype, op, transport, deadline=0.0):
+    """Run ``plan``; return the MPI_Wtime at which its first receive completed (or None).
+
+    Past ``deadline`` (an MPI_Wtime; 0 = never) the outstanding requests are
+    cancelled and ``Pending(peers)`` is raised.
+    """
     if plan.rows.shape[0] == 0:
         return None
     if transport == "cython":
         kernel = _p2p.kernel_id(datatype, op)
-        return _p2p.execute(plan.rows, tuple(addresses), comm, datatype, op, plan.max_requests, kernel)
-    return _execute_python(plan, addresses, comm, datatype, op)
+        return _p2p.execute(plan.rows, tuple(addresses), comm, datatype, op, plan.max_requests,
+                            kernel, deadline)
+    return _execute_python(plan, addresses, comm, datatype, op, deadline)
 
 
-def _execute_python(plan, addresses, comm, datatype, op):
+def _execute_python(plan, addresses, comm, datatype, op, deadline):
     extent = datatype.Get_extent()[1]
-    reqs, first, current = [], None, None
+    posted, first, current = [], None, None
     for kind, rnd, peer, buf, off, count, buf2, off2 in plan.rows.tolist():
-        if rnd != current:
-            # A round starts only when this rank's part of the previous one is done.
-            first, current = _complete(reqs, first), rnd
+        if rnd != current or kind in (REDUCE, COPY):
+            # A round starts, and local work begins, only when this rank's messages are done.
+            first, current = _complete(posted, first, deadline), rnd
         spec = [MPI.buffer.fromaddress(addresses[buf] + off, count * extent), count, datatype]
         if kind == RECV:
-            reqs.append(comm.Irecv(spec, peer, rnd % 32768))
+            posted.append((comm.Irecv(spec, peer, rnd % 32768), peer))
         elif kind == SEND:
-            reqs.append(comm.Isend(spec, peer, rnd % 32768))
+            posted.append((comm.Isend(spec, peer, rnd % 32768), peer))
         else:
-            first = _complete(reqs, first)
             dst = [MPI.buffer.fromaddress(addresses[buf2] + off2, count * extent), count, datatype]
             if kind == REDUCE:
                 op.Reduce_local(spec, dst)
             elif kind == COPY:
                 dst[0][:] = spec[0]
-    return _complete(reqs, first)
+    return _complete(posted, first, deadline)
 
 
-def _complete(reqs, first):
-    """Complete ``reqs`` with a test-and-yield loop (never a blocking spin)."""
-    if not reqs:
+def _complete(posted, first, deadline):
+    """Complete the posted requests with a test-and-yield loop (never a blocking spin)."""
+    if not posted:
         return first
-    while not MPI.Request.Testall(reqs):
-        os.sched_yield()
-    reqs.clear()
+    reqs = [r for r, _ in posted]
+    if not wait(reqs, deadline):
+        peers = sorted({p for r, p in posted if r})
+        cancel(reqs)
+        raise Pending(peers)
+    posted.clear()
     return MPI.Wtime() if first is None else first
+
+
+def wait(reqs, deadline=0.0) -> bool:
+    """Test and yield until ``reqs`` complete (True) or MPI_Wtime passes ``deadline`` (False)."""
+    while not MPI.Request.Testall(reqs):
+        if deadline and MPI.Wtime() > deadline:
+            return False
+        os.sched_yield()
+    return True
+
+
+def cancel(reqs):
+    """Cancel what is still posted; free what will not die within half a second."""
+    live = [r for r in reqs if r]
+    for r in live:
+        r.Cancel()
+    until = MPI.Wtime() + 0.5
+    for r in live:
+        while r and not r.Test():
+            if MPI.Wtime() > until:
+                r.Free()
+                break
+            os.sched_yield()

@@ -1,0 +1,51 @@
+"""Who plays the straggler, and whether StragglAR pays: pure functions of the history.
+
+Every rank holds the same history (the arrival records of earlier calls, read
+from the shared table), so every rank takes the same decision.
+"""
+from __future__ import annotations
+
+import math
+from collections import Counter
+
+from . import _config
+
+POLICIES = ("arrival", "predict")
+WINDOW = 8     # calls of history that a decision looks at
+
+
+def predict_straggler(history, n):
+    """The rank that came last most often in the recent calls (ties: the most recent)."""
+    recent = [rec.last for rec in list(history)[-WINDOW:]]
+    if not recent:
+        return n - 1
+    counts = Counter(recent)
+    best = max(counts.values())
+    return next(r for r in reversed(recent) if counts[r] == best)
+
+
+def expected_gap(history):
+    """Median straggler gap (seconds) of the recent calls; 0 without history."""
+    gaps = sorted(rec.gap for rec in list(history)[-WINDOW:])
+    return gaps[len(gaps) // 2] if gaps else 0.0
+
+
+def model_times(n, nbytes, alpha, bandwidth):
+    """(ReduceScatter among n-1, StragglAR after arrival, best synchronous AllReduce) in seconds."""
+    sb = nbytes / bandwidth
+    steps = n - 2 + math.ceil(math.log2(n))
+    reduce_scatter = (n - 2) * alpha + (n - 2) / (n - 1) * sb
+    post_arrival = steps * alpha + steps / (n - 1) * sb
+    synchronous = min(2 * (n - 1) * alpha, 2 * math.ceil(math.log2(n)) * alpha) + 2 * (n - 1) / n * sb
+    return reduce_scatter, post_arrival, synchronous
+
+
+def auto_algorithm(history, n, nbytes):
+    """"stragglar" when the expected delay hides its ReduceScatter and it then beats a
+    synchronous AllReduce by the configured margin; otherwise "native"."""
+    if n < 3 or not history:
+        return "native"
+    alpha, bandwidth, margin = _config.model()
+    rs, post, sync = model_times(n, nbytes, alpha, bandwidth)
+    after_arrival = max(0.0, rs - expected_gap(history)) + post
+    return "stragglar" if after_arrival * margin < sync else "native"

@@ -1,0 +1,154 @@
+"""Straggler roles found at run time ("arrival", "predict") and the "auto" choice."""
+import os
+import time
+
+import numpy as np
+import pytest
+from mpi4py import MPI
+
+from stragglar_mpi import Allreduce, stats
+from stragglar_mpi._state import state_of
+
+
+def fill(rank, it, count):
+    return ((np.arange(count) * 3 + rank * 5 + it) % 17).astype(np.float32)
+
+
+def want(n, it, count):
+    return sum(fill(r, it, count) for r in range(n))
+
+
+def same_everywhere(comm, value):
+    return len(set(comm.allgather(value))) == 1
+
+
+def arrive_after_everyone_else(c):
+    """Block until every other rank has taken its arrival ticket for the next call."""
+    arrivals = state_of(c).arrivals()
+    target = arrivals.seq * arrivals.n + arrivals.n - 1
+    zero, seen = np.zeros(1, np.int64), np.zeros(1, np.int64)
+    while True:
+        arrivals.win.Fetch_and_op(zero, seen, 0, 0, MPI.NO_OP)
+        arrivals.win.Flush(0)
+        if seen[0] >= target:
+            return
+        time.sleep(0.0002)
+
+
+def test_arrival_roles_follow_the_late_rank(comm):
+    n = comm.Get_size()
+    c = comm.Dup()
+    try:
+        heavy = n == 4 and os.environ.get("STRAGGLAR_TRANSPORT", "cython") == "cython"
+        iters = 1000 if heavy else 30
+        rng = np.random.default_rng(2024)          # same draws on every rank
+        count = 4 * n + 3
+        Allreduce(c, np.ones(count), np.ones(count), straggler="arrival", algorithm="stragglar")
+        for it in range(iters):
+            late = int(rng.integers(n))
+            delay = rng.uniform(0.001, 0.01)
+            if c.Get_rank() == late:
+                time.sleep(delay)
+                if n > 1:
+                    arrive_after_everyone_else(c)
+            send = fill(c.Get_rank(), it, count)
+            recv = np.zeros_like(send)
+            Allreduce(c, send, recv, algorithm="stragglar", straggler="arrival")
+            np.testing.assert_array_equal(recv, want(n, it, count), err_msg=f"iteration {it}")
+            last = stats(c)["last"]
+            assert last["algorithm"] == ("native" if n == 1 else "stragglar")
+            if n > 1:
+                assert last["straggler"] == late, f"iteration {it}"
+    finally:
+        c.Free()
+
+
+def test_arrival_with_nobody_late_and_ranks_arriving_together(comm):
+    n = comm.Get_size()
+    c = comm.Dup()
+    try:
+        for it in range(100):
+            send = fill(c.Get_rank(), it, 2 * n + 1)
+            recv = np.zeros_like(send)
+            Allreduce(c, MPI.IN_PLACE, send, algorithm="stragglar", straggler="arrival") if it % 2 else \
+                Allreduce(c, send, recv, algorithm="stragglar", straggler="arrival")
+            got = send if it % 2 else recv
+            np.testing.assert_array_equal(got, want(n, it, got.size))
+            if n > 1:
+                s = stats(c)["last"]["straggler"]
+                assert 0 <= s < n and same_everywhere(c, s)
+    finally:
+        c.Free()
+
+
+def test_direct_algorithm_takes_arrival_roles_too(comm):
+    n = comm.Get_size()
+    for it in range(20):
+        late = it % n
+        if comm.Get_rank() == late:
+            time.sleep(0.01)
+        send = fill(comm.Get_rank(), it, 3 * n)
+        recv = np.zeros_like(send)
+        Allreduce(comm, send, recv, algorithm="direct", straggler="arrival")
+        np.testing.assert_array_equal(recv, want(n, it, send.size))
+
+
+def test_predict_learns_a_persistent_straggler_without_waiting(comm):
+    n = comm.Get_size()
+    if n < 2:
+        pytest.skip("needs two ranks")
+    c = comm.Dup()
+    try:
+        slow = 1
+        chosen = []
+        for it in range(12):
+            if c.Get_rank() == slow:
+                time.sleep(0.01)
+            send = fill(c.Get_rank(), it, 5 * n)
+            recv = np.zeros_like(send)
+            Allreduce(c, send, recv, algorithm="stragglar", straggler="predict")
+            np.testing.assert_array_equal(recv, want(n, it, send.size))
+            chosen.append(stats(c)["last"]["straggler"])
+        assert same_everywhere(c, tuple(chosen))
+        assert chosen[0] == n - 1                  # no history yet: the last rank
+        assert chosen[-5:] == [slow] * 5
+    finally:
+        c.Free()
+
+
+def test_auto_goes_native_without_delay_and_stragglar_with_one(comm):
+    n = comm.Get_size()
+    c = comm.Dup()
+    try:
+        count = 1 << 18                              # 1 MiB of float32: above the small-size cut
+        send = fill(c.Get_rank(), 0, count)
+        recv = np.zeros_like(send)
+        for it in range(4):
+            Allreduce(c, send, recv)
+            np.testing.assert_array_equal(recv, want(n, 0, count))
+            if it == 0:      # no history yet: no reason to expect a straggler
+                assert stats(c)["last"]["algorithm"] == "native"
+        picks = []
+        for it in range(6):
+            if c.Get_rank() == n - 1:
+                time.sleep(0.2)
+            Allreduce(c, send, recv)
+            np.testing.assert_array_equal(recv, want(n, 0, count))
+            picks.append(stats(c)["last"]["algorithm"])
+        assert same_everywhere(c, tuple(picks))
+        if n >= 4:   # the cost model: at n <= 3 StragglAR cannot beat a synchronous AllReduce
+            assert picks[-1] == "stragglar" and stats(c)["last"]["straggler"] == n - 1
+        else:
+            assert picks[-1] == "native"
+        small = np.ones(8, np.float32)
+        Allreduce(c, MPI.IN_PLACE, small)
+        assert stats(c)["last"]["algorithm"] == "native" and small[0] == n
+    finally:
+        c.Free()
+
+
+def test_bad_policy_names_raise_before_any_message(comm):
+    with pytest.raises(ValueError, match="arrival"):
+        Allreduce(comm, np.ones(4), np.ones(4), straggler="last")
+    with pytest.raises(TypeError):
+        Allreduce(comm, np.ones(4), np.ones(4), straggler=1.5)
