@@ -1,0 +1,311 @@
+"""Command line and the sweep: sizes, draws, interleaved algorithms, table, JSON, plot."""
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import re
+import sys
+import time
+from dataclasses import dataclass
+
+import numpy as np
+from mpi4py import MPI
+
+from .. import Allreduce, __version__
+from .._transport import name as transport_name
+from . import _clock, _data, _model, _report, _run
+
+_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+_MIB = 1 << 20
+
+
+def parse_size(text: str) -> int:
+    """'8', '64K', '256M', '1G' (binary units; a trailing 'B' or 'iB' is allowed) -> bytes."""
+    m = re.fullmatch(r"\s*(\d+)\s*([KMG]?)(I?B)?\s*", str(text).upper())
+    if not m:
+        raise argparse.ArgumentTypeError(f"not a size: {text!r} (examples: 8, 64K, 256M, 1G)")
+    return int(m.group(1)) * _UNITS[m.group(2)]
+
+
+def format_size(nbytes: int) -> str:
+    for unit in ("G", "M", "K"):
+        if nbytes >= _UNITS[unit] and nbytes % _UNITS[unit] == 0:
+            return f"{nbytes // _UNITS[unit]}{unit}"
+    return str(nbytes)
+
+
+@dataclass(frozen=True)
+class Delay:
+    """The straggler's sleep: ``kind`` in fixed / uniform / exp / normal (ms), plus ms per MiB."""
+    kind: str
+    a: float
+    b: float = 0.0
+    per_mib: float = 0.0
+
+    def draw(self, rng, nbytes: int) -> float:
+        """Seconds; every rank draws the same value from the same RNG state."""
+        base = {"fixed": lambda: self.a, "uniform": lambda: rng.uniform(self.a, self.b),
+                "exp": lambda: rng.exponential(self.a),
+                "normal": lambda: rng.normal(self.a, self.b)}[self.kind]()
+        return max(0.0, float(base) + self.per_mib * nbytes / _MIB) / 1e3
+
+
+def parse_delay(text: str) -> Delay:
+    """'200' | 'fixed:200' | 'uniform:100:300' | 'exp:200' | 'normal:200:20' (milliseconds)."""
+    parts = str(text).split(":")
+    kind, nums = (("fixed", parts) if len(parts) == 1 else (parts[0], parts[1:]))
+    arity = {"fixed": 1, "uniform": 2, "exp": 1, "normal": 2}
+    try:
+        values = [float(v) for v in nums]
+        if arity.get(kind) != len(values) or min(values) < 0:
+            raise ValueError
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"not a delay: {text!r} (MS, fixed:MS, uniform:LO:HI, exp:MEAN, normal:MEAN:SD)") from None
+    return Delay(kind, *values)
+
+
+def parse_straggler(text: str):
+    text = str(text).strip().lower()
+    if text in ("random", "none") or text.isdigit():
+        return text
+    raise argparse.ArgumentTypeError(f"--straggler takes a rank, 'random' or 'none', not {text!r}")
+
+
+def parse_algorithms(text: str) -> tuple:
+    names = tuple(a.strip().lower() for a in text.split(",") if a.strip())
+    unknown = [a for a in names if a not in _run.VARIANTS or a == "bound"]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(
+            f"unknown algorithm(s) {unknown}; choose from {', '.join(_run.VARIANTS[:-1])}")
+    return names
+
+
+class _Help(argparse.HelpFormatter):
+    """Shows a flag's default unless it has none."""
+
+    def _get_help_string(self, action):
+        if action.default is None or action.default is False or "default" in action.help:
+            return action.help
+        return action.help + " (default: %(default)s)"
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m stragglar_mpi.bench",
+        description="AllReduce with an injected straggler: StragglAR vs native MPI, Ring, RHD. "
+                    "Run under mpiexec with at least 2 ranks; rank 0 prints.",
+        formatter_class=_Help)
+    a = p.add_argument
+    a("-b", "--minbytes", type=parse_size, default="1M", help="smallest buffer (8, 64K, 1M, ...)")
+    a("-e", "--maxbytes", type=parse_size, default="64M", help="largest buffer")
+    a("-f", "--stepfactor", type=int, default=2, help="multiply the size by this between steps")
+    a("-n", "--iters", type=int, default=10, help="timed iterations per size and algorithm")
+    a("--min-iters", type=int, default=3, help="never fewer timed iterations than this")
+    a("--shrink-above", type=parse_size, default="32M",
+      help="above this size the iterations shrink in proportion to the size")
+    a("-w", "--warmup", type=int, default=1, help="untimed iterations (no delay) per size and algorithm")
+    a("-d", "--datatype", choices=_data.DTYPES, default="float32", help="element type")
+    a("-o", "--op", choices=sorted(_data.OPS), default="sum", help="reduction")
+    a("--delay", type=parse_delay, default="100",
+      help="the straggler's delay in ms: MS, fixed:MS, uniform:LO:HI, exp:MEAN or normal:MEAN:SD")
+    a("--delay-per-mib", type=float, default=0.0,
+      help="ms added to the delay per MiB of buffer, so large sizes still hide the ReduceScatter")
+    a("--straggler", type=parse_straggler, default=None,
+      help="the late rank: a rank, 'random' (redrawn each iteration, same on all ranks) or "
+           "'none' (nobody sleeps; use with --delay 0); default: the last rank")
+    a("--seed", type=int, default=0, help="seed of the straggler and delay draws")
+    a("-a", "--algorithms", type=parse_algorithms, default="native,ring,rhd,stragglar,auto",
+      help="comma-separated, from native (plain comm.Allreduce), ring, rhd, stragglar, direct, auto")
+    a("--no-bound", action="store_true",
+      help="skip the lower bound (the straggler and a partner swap the whole buffer)")
+    a("--check", choices=("first", "all", "none"), default="first",
+      help="which timed iterations are validated (receive buffer poisoned first, wrong elements counted)")
+    a("--alpha", type=float, default=None, help="model latency in us (default: measured, 8 B ping-pong)")
+    a("--bandwidth", type=float, default=None,
+      help="model bandwidth in GB/s (default: measured, ping-pong of the largest size up to 64M)")
+    a("--json", metavar="FILE", help="write every result and the configuration as JSON")
+    a("--plot", metavar="FILE.png", help="plot post-arrival speedup over native against size (matplotlib)")
+    a("-q", "--quiet", action="store_true", help="no progress lines on stderr")
+    return p
+
+
+def sizes(args) -> list:
+    out, s = [], args.minbytes
+    while s <= args.maxbytes:
+        out.append(s)
+        if args.stepfactor <= 1:
+            break
+        s *= args.stepfactor
+    return out
+
+
+def iterations(args, nbytes: int) -> int:
+    if nbytes <= args.shrink_above:
+        return args.iters
+    return max(args.min_iters, min(args.iters, round(args.iters * args.shrink_above / nbytes)))
+
+
+def main(argv=None, comm=None) -> int:
+    """Run the benchmark on ``comm`` (default COMM_WORLD); every rank must call it."""
+    comm = MPI.COMM_WORLD if comm is None else comm
+    args = parser().parse_args(argv)
+    problem = _problem(args, comm)
+    if problem:
+        if comm.Get_rank() == 0:
+            print(f"stragglar_mpi.bench: {problem}", file=sys.stderr)
+        return 2
+    run(args, comm, argv)
+    return 0
+
+
+def _problem(args, comm):
+    n = comm.Get_size()
+    if n < 2:
+        return "needs at least 2 ranks (mpiexec -n N ...)"
+    if os.environ.get("STRAGGLAR_ALGO"):
+        return "unset STRAGGLAR_ALGO: it would force one algorithm on every row"
+    if args.straggler not in (None, "random", "none") and int(args.straggler) >= n:
+        return f"--straggler {args.straggler} is not a rank of {n}"
+    if not [s for s in sizes(args) if s >= np.dtype(args.datatype).itemsize]:
+        return "no size in the sweep holds one element"
+    return None
+
+
+def run(args, comm, argv=None) -> list | None:
+    """The sweep; rank 0 returns the result rows, the others None."""
+    dtype = np.dtype(args.datatype)
+    todo = [s for s in sizes(args) if s >= dtype.itemsize]
+    ctx = _context(comm, args, dtype, max(todo))
+    link = _link(comm, args, max(todo))
+    config = _config(args, comm, link, ctx, sys.argv[1:] if argv is None else argv)
+    variants = args.algorithms + (() if args.no_bound else ("bound",))
+    rows, start = [], time.perf_counter()
+    if comm.Get_rank() == 0:
+        print(_preamble(config), flush=True)
+    for k, nbytes in enumerate(todo):
+        ctx.count = nbytes // dtype.itemsize
+        samples = _measure(ctx, args, variants, k, nbytes)
+        if samples is not None:
+            rows += _finish_size(args, samples, comm.Get_size(), nbytes, link, (k, len(todo), start))
+    if comm.Get_rank() != 0:
+        return None
+    _write(args, config, rows)
+    return rows
+
+
+def _context(comm, args, dtype, max_bytes):
+    count = max_bytes // dtype.itemsize
+    send, recv = np.empty(count, dtype), np.empty(count, dtype)
+    _data.fill(send, _data.contribution(comm.Get_rank(), args.op, dtype))
+    recv.fill(_data.POISON)     # touch every page before timing
+    ctx = _run.Context(comm, _data.OPS[args.op][0], send, recv,
+                       _data.expected(comm.Get_size(), args.op, dtype), _clock.offsets(comm))
+    _prewarm(ctx)
+    return ctx
+
+
+def _prewarm(ctx):
+    """Build every straggler's sub-communicator now, not inside a timed call."""
+    ctx.count = min(ctx.send_all.size, 64)
+    for late in range(ctx.comm.Get_size()):
+        Allreduce(ctx.comm, ctx.send, ctx.recv, ctx.op, straggler=late, algorithm="stragglar")
+
+
+def _link(comm, args, max_bytes):
+    """(alpha s, bandwidth B/s) for the model: the flags, else a ping-pong."""
+    alpha, bandwidth = args.alpha, args.bandwidth
+    if alpha is None or bandwidth is None:
+        m_alpha, m_bw = _model.link(comm, min(max_bytes, 64 * _MIB))
+        alpha = m_alpha * 1e6 if alpha is None else alpha
+        bandwidth = m_bw / 1e9 if bandwidth is None else bandwidth
+    return alpha * 1e-6, bandwidth * 1e9
+
+
+def _measure(ctx, args, variants, k, nbytes):
+    """Warm up, then the timed iterations, algorithms interleaved; rank 0 gets the samples."""
+    n = ctx.comm.Get_size()
+    todo = _run.draws(n, iterations(args, nbytes), args.straggler, _delay(args), args.seed, k, nbytes)
+    for variant in variants:
+        for _ in range(args.warmup):
+            _run.run_one(ctx, variant, _run.Draw(todo[0].straggler, 0.0), check=False)
+    samples = {v: [] for v in variants}
+    for i, draw in enumerate(todo):
+        check = args.check == "all" or (args.check == "first" and i == 0)
+        for variant in _run.rotated(variants, i):
+            s = _run.run_one(ctx, variant, draw, check)
+            if s is not None:
+                samples[variant].append(s)
+    return samples if ctx.comm.Get_rank() == 0 else None
+
+
+def _delay(args):
+    d = args.delay
+    return Delay(d.kind, d.a, d.b, args.delay_per_mib)
+
+
+def _finish_size(args, samples, n, nbytes, link, progress):
+    rows = [_report.summarise(v, s, n, nbytes, link) for v, s in samples.items()]
+    _report.compare(rows)
+    for r in rows:
+        print(_report.line(r), flush=True)
+    k, total, start = progress
+    if not args.quiet:
+        print(f"[{k + 1}/{total}] {format_size(nbytes)}: {rows[0]['iters']} iterations, "
+              f"{time.perf_counter() - start:.0f} s so far", file=sys.stderr, flush=True)
+    return rows
+
+
+def _config(args, comm, link, ctx, argv) -> dict:
+    offsets = comm.gather(ctx.offset, root=0)
+    return {
+        "command": " ".join(["python -m stragglar_mpi.bench", *map(str, argv)]),
+        "args": {k: (v if not isinstance(v, Delay) else vars(v)) for k, v in vars(args).items()},
+        "ranks": comm.Get_size(),
+        "host": platform.node(), "cpus": os.cpu_count(), "cpu": _cpu_model(),
+        "mpi": " ".join(MPI.Get_library_version().split("\n")[0].split()),
+        "stragglar_mpi": __version__, "transport": transport_name(),
+        "alpha_us": link[0] * 1e6, "bandwidth_GBps": link[1] / 1e9,
+        "clock_offsets_us": None if offsets is None else [o * 1e6 for o in offsets],
+        "env": {k: v for k, v in os.environ.items() if k.startswith(("MPIR_CVAR", "STRAGGLAR_"))},
+    }
+
+
+def _cpu_model():
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")),
+                        platform.processor())
+    except OSError:
+        return platform.processor()
+
+
+def _preamble(c) -> str:
+    a = c["args"]
+    d = a["delay"]
+    straggler = a["straggler"] if a["straggler"] is not None else f"{c['ranks'] - 1} (last)"
+    offs = max(abs(o) for o in c["clock_offsets_us"])
+    lines = [
+        f"# stragglar_mpi.bench {c['stragglar_mpi']}: {c['ranks']} ranks on {c['host']} "
+        f"({c['cpus']} CPUs, {c['cpu']}), {c['mpi']}, transport {c['transport']}",
+        f"# {a['datatype']} {a['op']}, straggler {straggler}, delay {d['kind']} "
+        f"{d['a']:g}{':%g' % d['b'] if d['kind'] in ('uniform', 'normal') else ''} ms"
+        f" + {a['delay_per_mib']:g} ms/MiB, check {a['check']}, seed {a['seed']}",
+        f"# model: alpha {c['alpha_us']:.2f} us, bandwidth {c['bandwidth_GBps']:.2f} GB/s; "
+        f"clock offsets to rank 0 up to {offs:.1f} us",
+        "# post: from the straggler's call to the last return; total: from the first call; "
+        "algbw/busbw on the post median;",
+        "# xnative: native median / this median; xbound: this median / bound median; "
+        "RS: slowest early rank's ReduceScatter",
+        _report.header(),
+    ]
+    return "\n".join(lines)
+
+
+def _write(args, config, rows):
+    if args.json:
+        _report.write_json(args.json, config, rows)
+    if args.plot:
+        from .plot import plot
+        plot([{"config": config, "results": rows}], args.plot)

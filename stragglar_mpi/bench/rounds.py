@@ -1,0 +1,127 @@
+"""Per-round timeline of a scheduled algorithm after the straggler arrives.
+
+    mpiexec -n 8 python -m stragglar_mpi.bench.rounds -s 32M --delay 300 -n 5 -a stragglar,rhd
+
+Runs on the pure-mpi4py transport, one round of the plan at a time, and stamps
+the end of every round (per rank, on rank 0's clock).  For each round it
+prints when the last rank finished it (median over iterations, from the
+straggler's call), how many ranks received data and how many bytes: enough to
+see whether a round costs its slowest message (the alpha-beta model) or the
+node's total copy throughput (a CPU-bound, oversubscribed node).
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import sys
+import time
+
+import numpy as np
+from mpi4py import MPI
+
+from .. import Allreduce, _transport
+from .._plan import RECV
+from . import _clock
+from ._cli import parse_delay, parse_size
+
+_LOG = []
+
+
+def _stamped(execute):
+    """``execute`` run one round at a time, stamping (round, end time, bytes received) per round.
+
+    The executor completes a round's messages before it starts the next one, so
+    splitting the plan by round changes nothing but adds the stamps.
+    """
+    def run(plan, addresses, comm, datatype, op, *rest):
+        rows, extent, first = plan.rows, datatype.Get_extent()[1], None
+        _LOG.append((-1, MPI.Wtime(), 0))       # the executor starts: setup is over
+        for rnd in dict.fromkeys(rows[:, 1].tolist()):
+            mine = rows[rows[:, 1] == rnd]
+            got = execute(dataclasses.replace(plan, rows=mine), addresses, comm, datatype, op, *rest)
+            first = got if first is None else first
+            received = int(mine[mine[:, 0] == RECV][:, 5].sum()) * extent
+            _LOG.append((rnd, MPI.Wtime(), received))
+        return first
+    return run
+
+
+def timeline(comm, algorithm, count, delay, iters, straggler):
+    """Rank 0: (post-arrival times, per-round end times [iters x rounds], bytes per round)."""
+    send, recv = np.ones(count, np.float32), np.empty(count, np.float32)
+    offset = _clock.offsets(comm)
+    Allreduce(comm, send, recv, straggler=straggler, algorithm=algorithm)   # warm-up
+    gathered = []
+    for _ in range(iters):
+        _LOG.clear()
+        comm.Barrier()
+        if comm.Get_rank() == straggler:
+            time.sleep(delay)
+        t_call = MPI.Wtime()
+        Allreduce(comm, send, recv, straggler=straggler, algorithm=algorithm)
+        t_ret = MPI.Wtime()
+        log = [(r, t - offset, b) for r, t, b in _LOG]
+        gathered.append(comm.gather((t_call - offset, t_ret - offset, log), root=0))
+    return None if comm.Get_rank() != 0 else _tabulate(gathered, straggler)
+
+
+def _tabulate(gathered, straggler):
+    rounds = 1 + max(r for ranks in gathered for _, _, log in ranks for r, _, _ in log)
+    ends, received = np.zeros((len(gathered), rounds)), np.zeros(rounds)
+    setup = []
+    active = np.zeros(rounds, dtype=int)
+    post = []
+    for i, ranks in enumerate(gathered):
+        arrived = ranks[straggler][0]
+        post.append(max(t_ret for _, t_ret, _ in ranks) - arrived)
+        setup.append(next((t for r, t, _ in ranks[straggler][2] if r < 0), arrived) - arrived)
+        for _, _, log in ranks:
+            for r, t, b in log:
+                if r < 0:
+                    continue
+                ends[i, r] = max(ends[i, r], t - arrived)
+                if i == 0 and b:
+                    received[r] += b
+                    active[r] += 1
+    return post, setup, ends, received, active
+
+
+def report(algorithm, n, nbytes, post, setup, ends, received, active) -> str:
+    med = np.median(ends, axis=0)
+    lines = [f"{algorithm}, {n} ranks, {nbytes / 2**20:g} MiB: post-arrival median "
+             f"{np.median(post) * 1e3:.1f} ms; bytes received after the arrival, all ranks: "
+             f"{received.sum() / nbytes:.2f} x the buffer",
+             f"  the straggler enters the executor {np.median(setup) * 1e3:.1f} ms after its call",
+             "  round   ends(ms)  took(ms)  ranks  MiB in  node GB/s"]
+    prev = 0.0
+    for r, end in enumerate(med):
+        took = max(end - prev, 1e-9)
+        lines.append(f"  {r:5d} {end * 1e3:10.1f} {took * 1e3:9.1f} {active[r]:6d} "
+                     f"{received[r] / 2**20:7.1f} {received[r] / took / 1e9:10.2f}")
+        prev = end
+    return "\n".join(lines)
+
+
+def main(argv=None, comm=None) -> int:
+    comm = MPI.COMM_WORLD if comm is None else comm
+    p = argparse.ArgumentParser(prog="python -m stragglar_mpi.bench.rounds", description=__doc__.split("\n")[0])
+    p.add_argument("-s", "--size", type=parse_size, default="32M", help="buffer size (float32)")
+    p.add_argument("--delay", type=parse_delay, default="300", help="the straggler's delay in ms")
+    p.add_argument("-n", "--iters", type=int, default=5, help="timed iterations")
+    p.add_argument("-a", "--algorithms", default="stragglar", help="comma-separated: stragglar, ring, rhd, direct")
+    p.add_argument("--straggler", type=int, default=None, help="the late rank (default: the last)")
+    args = p.parse_args(argv)
+    os.environ["STRAGGLAR_TRANSPORT"] = "python"
+    _transport._execute_python = _stamped(_transport._execute_python)
+    n, straggler = comm.Get_size(), comm.Get_size() - 1 if args.straggler is None else args.straggler
+    delay = args.delay.draw(np.random.default_rng(0), args.size)
+    for algorithm in args.algorithms.split(","):
+        out = timeline(comm, algorithm, args.size // 4, delay, args.iters, straggler)
+        if out is not None:
+            print(report(algorithm, n, args.size, *out), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
