@@ -1,0 +1,69 @@
+"""An ordinary mpi4py program that switches to stragglar_mpi by one line.
+
+    mpiexec -n 4 python examples/drop_in.py              # stragglar_mpi
+    mpiexec -n 4 python examples/drop_in.py --native     # plain mpi4py, for comparison
+
+Everything below the marked line is plain mpi4py: ``comm.Allreduce(sendbuf,
+recvbuf, op)``, ``comm.Dup()`` and ``comm.Split()`` keep their meaning.  Only
+the ``Allreduce`` of ``comm`` (and of every communicator made from it) changes.
+"""
+import argparse
+import time
+
+import numpy as np
+from mpi4py import MPI
+
+from stragglar_mpi import Comm, stats
+
+
+def parse_args():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--mib", type=float, default=4.0, help="buffer size in MiB of float32 (default 4)")
+    p.add_argument("--iters", type=int, default=5, help="Allreduce calls to time (default 5)")
+    p.add_argument("--delay-ms", type=float, default=20.0,
+                   help="how late the last rank calls Allreduce each time (default 20)")
+    p.add_argument("--native", action="store_true", help="keep plain mpi4py (skip the one-line switch)")
+    return p.parse_args()
+
+
+def main():
+    args = parse_args()
+    comm = MPI.COMM_WORLD
+    if not args.native:
+        comm = Comm(comm)           # <- the one line: comm.Allreduce is now StragglAR's
+    # ---- plain mpi4py from here on ----
+    rank, size = comm.Get_rank(), comm.Get_size()
+    count = max(1, int(args.mib * 2**20) // 4)
+    # Integer-valued floats: the exact sum is known whatever the reduction order.
+    send = np.full(count, rank + 1, dtype=np.float32)
+    recv = np.empty_like(send)
+    times = []
+    for _ in range(args.iters):
+        comm.Barrier()
+        if rank == size - 1:
+            time.sleep(args.delay_ms / 1e3)   # the last rank arrives late (StragglAR's default straggler)
+        t0 = MPI.Wtime()
+        comm.Allreduce(send, recv, MPI.SUM)
+        times.append(MPI.Wtime() - t0)
+    assert np.all(recv == size * (size + 1) / 2), "wrong AllReduce result"
+
+    # In-place and sub-communicators work as with mpi4py.
+    halves = comm.Split(color=rank % 2, key=rank)
+    part = np.full(1000, 1.0)
+    halves.Allreduce(MPI.IN_PLACE, part, MPI.SUM)
+    assert np.all(part == halves.Get_size())
+
+    # The time the last rank spends in Allreduce: what StragglAR shortens.
+    last = comm.gather(float(np.median(times)), root=0)
+    if rank == 0:
+        kind = "mpi4py (native)" if args.native else "stragglar_mpi"
+        print(f"{kind}: {size} ranks, {count * 4 / 2**20:.1f} MiB float32, result correct")
+        print(f"median Allreduce time on the late rank {size - 1}: {last[-1] * 1e3:.2f} ms "
+              f"(rank 0, which waits for it: {last[0] * 1e3:.2f} ms)")
+        if not args.native:
+            print("stragglar_mpi.stats:", stats(comm)["calls"])
+    halves.Free()
+
+
+if __name__ == "__main__":
+    main()
