@@ -12,6 +12,10 @@ $(VENV)/.installed: $(SOURCES)
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q ".[test]"
+	@# Also build the extension in the source tree, so that `python -m stragglar_mpi...`
+	@# run from this folder (which imports the source tree) has the compiled transport.
+	$(PY) -m pip install -q "setuptools>=77" "cython>=3.0"
+	$(PY) setup.py -q build_ext --inplace
 	touch $@
 
 install: $(VENV)/.installed

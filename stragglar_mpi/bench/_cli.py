@@ -115,6 +115,12 @@ def parser() -> argparse.ArgumentParser:
     a("--straggler", type=parse_straggler, default=None,
       help="the late rank: a rank, 'random' (redrawn each iteration, same on all ranks) or "
            "'none' (nobody sleeps; use with --delay 0); default: the last rank")
+    a("--roles", choices=("given", "arrival", "predict"), default="given",
+      help="what the library is told: 'given' passes the late rank as straggler=; 'arrival' and "
+           "'predict' let the library find it (straggler='arrival' / 'predict')")
+    a("--scenario", choices=("persistent", "moving", "none"), default=None,
+      help="shorthand: persistent = the last rank late every time; moving = a random rank each "
+           "iteration; none = nobody late (--delay 0); all with --roles arrival unless given")
     a("--seed", type=int, default=0, help="seed of the straggler and delay draws")
     a("-a", "--algorithms", type=parse_algorithms, default="native,ring,rhd,stragglar,auto",
       help="comma-separated, from native (plain comm.Allreduce), ring, rhd, stragglar, direct, auto")
@@ -151,6 +157,7 @@ def main(argv=None, comm=None) -> int:
     """Run the benchmark on ``comm`` (default COMM_WORLD); every rank must call it."""
     comm = MPI.COMM_WORLD if comm is None else comm
     args = parser().parse_args(argv)
+    _apply_scenario(args, comm.Get_size(), argv or [])
     problem = _problem(args, comm)
     if problem:
         if comm.Get_rank() == 0:
@@ -158,6 +165,16 @@ def main(argv=None, comm=None) -> int:
         return 2
     run(args, comm, argv)
     return 0
+
+
+def _apply_scenario(args, n, argv):
+    if args.scenario is None:
+        return
+    args.straggler = {"persistent": str(n - 1), "moving": "random", "none": "none"}[args.scenario]
+    if args.scenario == "none":
+        args.delay = parse_delay("0")
+    if "--roles" not in argv:
+        args.roles = "arrival"
 
 
 def _problem(args, comm):
@@ -201,7 +218,8 @@ def _context(comm, args, dtype, max_bytes):
     _data.fill(send, _data.contribution(comm.Get_rank(), args.op, dtype))
     recv.fill(_data.POISON)     # touch every page before timing
     ctx = _run.Context(comm, _data.OPS[args.op][0], send, recv,
-                       _data.expected(comm.Get_size(), args.op, dtype), _clock.offsets(comm))
+                       _data.expected(comm.Get_size(), args.op, dtype), _clock.offsets(comm),
+                       roles=args.roles)
     _prewarm(ctx)
     return ctx
 

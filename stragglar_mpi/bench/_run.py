@@ -27,6 +27,7 @@ class Context:
     offset: float               # this rank's clock minus rank 0's
     count: int = 0
     partners: dict = field(default_factory=dict)
+    roles: str = "given"         # "given": tell the library the late rank; else the policy name
 
     @property
     def send(self):
@@ -64,7 +65,8 @@ def run_one(ctx: Context, variant: str, draw: Draw, check: bool):
     if comm.Get_rank() == draw.straggler:
         time.sleep(draw.delay)
     t_call = MPI.Wtime()
-    _CALLS.get(variant, _library)(ctx, variant, _designated(comm, draw))
+    told = _late_rank(ctx, draw) if variant == "bound" else _designated(ctx, draw)
+    _CALLS.get(variant, _library)(ctx, variant, told)
     t_ret = MPI.Wtime()
     _quiet_barrier(comm)
     wrong = count_wrong(ctx.recv, ctx.period) if check and variant != "bound" else None
@@ -88,9 +90,13 @@ def _sample(variant, draw, rows):
     return Sample(draw, np.array(calls), np.array(returns), wrong, ran, list(phases))
 
 
-def _designated(comm, draw):
-    """The straggler the library is told about: the late rank, else the default (last rank)."""
-    return comm.Get_size() - 1 if draw.straggler is None else draw.straggler
+def _late_rank(ctx, draw):
+    return ctx.comm.Get_size() - 1 if draw.straggler is None else draw.straggler
+
+
+def _designated(ctx, draw):
+    """What the library is told: the late rank (else the last rank), or a policy name."""
+    return _late_rank(ctx, draw) if ctx.roles == "given" else ctx.roles
 
 
 def _native(ctx, variant, straggler):
