@@ -10,7 +10,7 @@ from . import _config, _device, _transport
 from ._buffers import is_in_place, resolve, validate
 from ._errors import Pending, StragglerTimeout
 from ._plan import compile_plan
-from ._policy import POLICIES, auto_algorithm, predict_straggler
+from ._policy import POLICIES, SAMPLE_EVERY, auto_algorithm, predict_straggler
 from ._state import state_of
 from .schedule import PHASE1, build, chunk_bounds
 
@@ -47,7 +47,7 @@ def Allreduce(comm, sendbuf, recvbuf, op=MPI.SUM, *, straggler=None, algorithm=N
     if state.broken:
         raise RuntimeError(f"stragglar_mpi: this communicator is unusable after: {state.broken}")
     try:
-        _run(state, args, t_call, deadline)
+        _run(comm, state, args, t_call, deadline)
     except Pending as exc:
         raise _timed_out(state, "phase 2 (the round schedule)", timeout, exc.peers) from None
 
@@ -72,13 +72,13 @@ class _Args:
                           op.handle if op.is_predefined else -1)
 
 
-def _run(state, args, t_call, deadline):
+def _run(comm, state, args, t_call, deadline):
     name, straggler = args.name, None
     if name != "native" or deadline:
         name, straggler = _roles(state, name, args.policy, args.out.count * args.out.extent,
                                  args.n, tracked=bool(deadline), deadline=deadline)
     if name == "native":
-        _native(state, args, deadline)
+        _native(comm, state, args, deadline)
         _record(state, name, None, args.policy, t_call, t_call, None, MPI.Wtime(), None)
         return
     transport = _transport.name()
@@ -86,10 +86,10 @@ def _run(state, args, t_call, deadline):
     _record(state, name, straggler, args.policy, t_call, t_p1, first, MPI.Wtime(), transport)
 
 
-def _native(state, args, deadline):
+def _native(comm, state, args, deadline):
     sendbuf = MPI.IN_PLACE if args.in_place else args.sendbuf
     if not deadline:
-        MPI.Intracomm.Allreduce(state.private, sendbuf, args.recvbuf, args.op)
+        MPI.Intracomm.Allreduce(comm, sendbuf, args.recvbuf, args.op)
         return
     request = MPI.Intracomm.Iallreduce(state.private, sendbuf, args.recvbuf, args.op)
     _wait(state, request, deadline, "the native AllReduce")
@@ -201,6 +201,8 @@ def _roles(state, name, policy, nbytes, n, tracked=False, deadline=0.0):
     needs_roles = name == "auto" or (name in PHASE1_ROLES and isinstance(policy, str))
     if not (needs_roles or (tracked and n > 1)):
         return name, (policy if name in PHASE1_ROLES else None)
+    if name == "auto" and not tracked and not _sampled(state, n, nbytes):
+        return "native", None
     arrivals = state.arrivals()
     arrivals.arrive()
     state.tracked_seq = arrivals.seq
@@ -222,6 +224,16 @@ def _roles(state, name, policy, nbytes, n, tracked=False, deadline=0.0):
         return name, straggler
     finally:
         arrivals.finish()
+
+
+def _sampled(state, n, nbytes):
+    """Whether an "auto" call reads and writes the arrival table.  While the history
+    says native, only one call in SAMPLE_EVERY pays for it (each costs a few RMA
+    round trips); every rank counts the same calls, so all agree."""
+    state.auto_calls += 1
+    if not state.history or auto_algorithm(state.history, n, nbytes) != "native":
+        return True
+    return state.auto_calls % SAMPLE_EVERY == 0
 
 
 def _decide(name, n, out, op):

@@ -4,7 +4,7 @@
 |----------------------------|----------------------------------------------------------|---------|
 | STRAGGLAR_ALGO             | force an algorithm: stragglar, ring, rhd, direct, native, auto (overrides ``algorithm=``) | unset |
 | STRAGGLAR_TRANSPORT        | cython or python                                         | cython  |
-| STRAGGLAR_AUTO_MIN_BYTES   | ``auto`` takes the native AllReduce below this size     | 262144  |
+| STRAGGLAR_AUTO_MIN_BYTES   | ``auto`` takes the native AllReduce below this size     | 4194304 |
 | STRAGGLAR_MODEL            | ``auto``'s cost model: alpha (s), bandwidth (bytes/s), margin | 1e-5,1e9,1.05 |
 | STRAGGLAR_TIMEOUT          | seconds a call waits for late ranks before raising StragglerTimeout | off |
 | STRAGGLAR_VALIDATE         | 1: check that every rank passed the same arguments     | 0       |
@@ -46,7 +46,9 @@ def algorithm(requested) -> str:
 
 
 def auto_min_bytes() -> int:
-    raw = os.environ.get("STRAGGLAR_AUTO_MIN_BYTES", "262144")
+    # Below a few MiB a round costs more than the bandwidth StragglAR saves (the
+    # paper's own crossover on 8 GPUs is larger still); docs/BENCHMARKS.md.
+    raw = os.environ.get("STRAGGLAR_AUTO_MIN_BYTES", "4194304")
     try:
         return int(raw)
     except ValueError:

@@ -11,7 +11,8 @@ from collections import Counter
 from . import _config
 
 POLICIES = ("arrival", "predict")
-WINDOW = 8     # calls of history that a decision looks at
+WINDOW = 8          # calls of history that a decision looks at
+SAMPLE_EVERY = 8    # while "auto" keeps choosing native, one call in this many is recorded
 
 
 def predict_straggler(history, n):

@@ -28,6 +28,7 @@ class State:
         self.calls = Counter()
         self.last = {}
         self.history = deque(maxlen=64)   # arrival records of earlier tracked calls
+        self.auto_calls = 0               # "auto" calls above the small-size cut
         self.tracked_seq = None           # arrival-table number of the last tracked call
         self.broken = None                # why this state is unusable (after a timeout)
         self._arrivals = None

@@ -120,7 +120,7 @@ def test_auto_goes_native_without_delay_and_stragglar_with_one(comm):
     n = comm.Get_size()
     c = comm.Dup()
     try:
-        count = 1 << 18                              # 1 MiB of float32: above the small-size cut
+        count = 1 << 20                              # 4 MiB of float32: at the small-size cut
         send = fill(c.Get_rank(), 0, count)
         recv = np.zeros_like(send)
         for it in range(4):
@@ -129,7 +129,7 @@ def test_auto_goes_native_without_delay_and_stragglar_with_one(comm):
             if it == 0:      # no history yet: no reason to expect a straggler
                 assert stats(c)["last"]["algorithm"] == "native"
         picks = []
-        for it in range(6):
+        for it in range(10):       # the delay shows in the history within SAMPLE_EVERY calls
             if c.Get_rank() == n - 1:
                 time.sleep(0.2)
             Allreduce(c, send, recv)
