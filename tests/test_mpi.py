@@ -24,7 +24,7 @@ def mpiexec():
 def run_mpi(n, args, transport="cython", timeout=TIMEOUT):
     env = dict(os.environ, SMPI_TEST_IN_MPIEXEC="1", STRAGGLAR_TRANSPORT=transport,
                MPIEXEC_TIMEOUT=str(timeout), MPIR_CVAR_CH4_PROGRESS_THROTTLE="1",
-               PYTHONUNBUFFERED="1", NUMBA_ENABLE_CUDASIM="1")
+               PYTHONUNBUFFERED="1", NUMBA_ENABLE_CUDASIM="1", SMPI_TEST_INSTALLED="1")
     cmd = [mpiexec(), "-n", str(n), sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
            "-x", *args]
     proc = subprocess.run(cmd, cwd=HERE, env=env, capture_output=True, text=True, timeout=timeout + 60)
@@ -44,3 +44,14 @@ def test_mpi_suite(n, transport):
 def test_count_above_2_31_at_two_ranks():
     rc, out = run_mpi(2, ["-m", "slow", "mpi/test_huge.py"], timeout=900)
     assert rc == 0, out[-20000:]
+
+
+def test_info_command_reports_mpi_and_the_compiled_transport():
+    proc = subprocess.run([sys.executable, "-m", "stragglar_mpi", "info"], cwd=HERE,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "MPICH" in proc.stdout or "Open MPI" in proc.stdout
+    assert "compiled transport   loaded" in proc.stdout
+    version = subprocess.run([sys.executable, "-m", "stragglar_mpi", "--version"], cwd=HERE,
+                             capture_output=True, text=True, timeout=120)
+    assert version.stdout.startswith("stragglar_mpi ")
