@@ -18,7 +18,6 @@ _PAIR_TYPES = {getattr(MPI, n).handle for n in
                ("FLOAT_INT", "DOUBLE_INT", "LONG_INT", "SHORT_INT", "LONG_DOUBLE_INT", "TWOINT", "INT_INT")
                if getattr(MPI, n, MPI.DATATYPE_NULL) != MPI.DATATYPE_NULL}
 _ORDERED_FLOAT_OPS = {MPI.MAX.handle, MPI.MIN.handle}
-_SCHEDULED = ("stragglar", "ring", "rhd", "direct")
 
 
 def Allreduce(comm, sendbuf, recvbuf, op=MPI.SUM, *, straggler=None, algorithm=None):
