@@ -226,13 +226,20 @@ def _roles(state, name, policy, nbytes, n, tracked=False, deadline=0.0):
 
 
 def _sampled(state, n, nbytes):
-    """Whether an "auto" call reads and writes the arrival table.  While the history
-    says native, only one call in SAMPLE_EVERY pays for it (each costs a few RMA
-    round trips); every rank counts the same calls, so all agree."""
+    """Whether an "auto" call reads and writes the arrival table.
+
+    While the history says native, calls are recorded in pairs, one pair in
+    SAMPLE_EVERY calls (each record costs a few RMA round trips): the second call
+    of a pair reads the first one's record.  Once the newest record shows a delay
+    that would pay, every call is recorded until the history decides.  Every rank
+    counts the same calls and reads the same records, so all agree.
+    """
     state.auto_calls += 1
-    if not state.history or auto_algorithm(state.history, n, nbytes) != "native":
+    history = state.history
+    if not history or state.auto_calls % SAMPLE_EVERY in (0, 1):
         return True
-    return state.auto_calls % SAMPLE_EVERY == 0
+    return (auto_algorithm([history[-1]], n, nbytes) != "native"
+            or auto_algorithm(history, n, nbytes) != "native")
 
 
 def _decide(name, n, out, op):
