@@ -103,6 +103,7 @@ def test_predict_learns_a_persistent_straggler_without_waiting(comm):
         slow = 1
         chosen = []
         for it in range(12):
+            c.Barrier()
             if c.Get_rank() == slow:
                 time.sleep(0.01)
             send = fill(c.Get_rank(), it, 5 * n)
@@ -124,17 +125,20 @@ def test_auto_goes_native_without_delay_and_stragglar_with_one(comm):
         count = 1 << 20                              # 4 MiB of float32: at the small-size cut
         send = fill(c.Get_rank(), 0, count)
         recv = np.zeros_like(send)
+        expected = want(n, 0, count)
         for it in range(4):
+            c.Barrier()
             Allreduce(c, send, recv)
-            np.testing.assert_array_equal(recv, want(n, 0, count))
+            np.testing.assert_array_equal(recv, expected)
             if it == 0:      # no history yet: no reason to expect a straggler
                 assert stats(c)["last"]["algorithm"] == "native"
         picks = []
         for it in range(SAMPLE_EVERY + 6):   # a sampled pair sees the delay, then the history
+            c.Barrier()                      # everyone starts together; the last rank is late
             if c.Get_rank() == n - 1:
                 time.sleep(0.1)
             Allreduce(c, send, recv)
-            np.testing.assert_array_equal(recv, want(n, 0, count))
+            np.testing.assert_array_equal(recv, expected)
             picks.append(stats(c)["last"]["algorithm"])
         assert same_everywhere(c, tuple(picks))
         if n >= 4:   # the cost model: at n <= 3 StragglAR cannot beat a synchronous AllReduce
