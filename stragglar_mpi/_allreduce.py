@@ -7,17 +7,15 @@ import numpy as np
 from mpi4py import MPI
 
 from . import _config, _device, _transport
-from ._buffers import is_in_place, resolve, validate
+from ._args import Repeat, check
 from ._errors import Pending, StragglerTimeout
 from ._plan import compile_plan
-from ._policy import POLICIES, SAMPLE_EVERY, auto_algorithm, predict_straggler
-from ._state import state_of
+from ._policy import SAMPLE_EVERY, auto_algorithm, predict_straggler
+from ._state import peek, state_of
 from .schedule import PHASE1, build, chunk_bounds
 
-_PAIR_TYPES = {getattr(MPI, n).handle for n in
-               ("FLOAT_INT", "DOUBLE_INT", "LONG_INT", "SHORT_INT", "LONG_DOUBLE_INT", "TWOINT", "INT_INT")
-               if getattr(MPI, n, MPI.DATATYPE_NULL) != MPI.DATATYPE_NULL}
 _ORDERED_FLOAT_OPS = {MPI.MAX.handle, MPI.MIN.handle}
+PHASE1_ROLES = ("stragglar", "direct")
 
 
 def Allreduce(comm, sendbuf, recvbuf, op=MPI.SUM, *, straggler=None, algorithm=None):
@@ -35,43 +33,38 @@ def Allreduce(comm, sendbuf, recvbuf, op=MPI.SUM, *, straggler=None, algorithm=N
     ``StragglerTimeout`` on every waiting rank; with STRAGGLAR_VALIDATE=1 every
     rank checks that all ranks passed the same arguments.
     """
-    if _device.is_device_call(sendbuf, recvbuf):
-        return _device.allreduce(comm, sendbuf, recvbuf, op, straggler=straggler, algorithm=algorithm)
     t_call = MPI.Wtime()
-    timeout = _config.timeout()
-    deadline = t_call + timeout if timeout else 0.0
-    check = lambda: _Args(comm, sendbuf, recvbuf, op, straggler, algorithm)  # noqa: E731
-    args = _same_everywhere(comm, check, deadline) if _config.validating() else check()
-    state = state_of(comm)
+    settings = _config.current()
+    deadline = t_call + settings.timeout if settings.timeout else 0.0
+    state = peek(comm)
+    args = None
+    if state is not None and state.repeat is not None and not settings.validate:
+        args = state.repeat.match(sendbuf, recvbuf, op, straggler, algorithm, settings)
+    if args is None:
+        if _device.is_device_call(sendbuf, recvbuf):
+            return _device.allreduce(comm, sendbuf, recvbuf, op, straggler=straggler, algorithm=algorithm)
+        args = _checked(comm, sendbuf, recvbuf, op, straggler, algorithm, settings, deadline)
+        state = state_of(comm)
     if state.broken:
         raise RuntimeError(f"stragglar_mpi: this communicator is unusable after: {state.broken}")
     try:
-        _run(comm, state, args, t_call, deadline)
+        _run(comm, state, args, settings, t_call, deadline)
     except Pending as exc:
-        raise _timed_out(state, "phase 2 (the round schedule)", timeout, exc.peers) from None
+        raise _timed_out(state, "phase 2 (the round schedule)", settings.timeout, exc.peers) from None
 
 
-class _Args:
-    """The checked arguments of one call (raises what mpi4py raises for bad ones)."""
-
-    def __init__(self, comm, sendbuf, recvbuf, op, straggler, algorithm):
-        requested = _config.algorithm(algorithm)
-        self.n = comm.Get_size()
-        self.policy = _check_straggler(straggler, self.n)
-        validate(sendbuf, recvbuf, op)
-        self.sendbuf, self.recvbuf, self.op = sendbuf, recvbuf, op
-        self.in_place = is_in_place(sendbuf)
-        self.out = resolve(recvbuf, readonly=False)
-        self.src = self.out if self.in_place else resolve(sendbuf, readonly=True)
-        self.name = _decide(requested, self.n, self.out, op)
-        if self.name != "native":
-            _check_op(op, self.out.datatype)
-        self.signature = (requested, str(self.policy), self.in_place, self.out.count,
-                          self.out.datatype.Get_size(), _type_name(self.out.datatype),
-                          op.handle if op.is_predefined else -1)
+def _checked(comm, sendbuf, recvbuf, op, straggler, algorithm, settings, deadline):
+    """Check every argument (on every rank alike with STRAGGLAR_VALIDATE); keep the
+    result for a call that repeats these arguments."""
+    checked = lambda: check(comm, sendbuf, recvbuf, op, straggler, algorithm, settings)  # noqa: E731
+    if settings.validate:
+        return _same_everywhere(comm, checked, deadline)
+    args = checked()
+    state_of(comm).repeat = Repeat.of(args, straggler, algorithm, settings)
+    return args
 
 
-def _run(comm, state, args, t_call, deadline):
+def _run(comm, state, args, settings, t_call, deadline):
     name, straggler = args.name, None
     if name != "native" or deadline:
         name, straggler = _roles(state, name, args.policy, args.out.count * args.out.extent,
@@ -80,7 +73,7 @@ def _run(comm, state, args, t_call, deadline):
         _native(comm, state, args, deadline)
         _record(state, name, None, args.policy, t_call, t_call, None, MPI.Wtime(), None)
         return
-    transport = _transport.name()
+    transport = _transport.name(settings)
     t_p1, first = _run_schedule(state, name, straggler, args, transport, deadline)
     _record(state, name, straggler, args.policy, t_call, t_p1, first, MPI.Wtime(), transport)
 
@@ -164,32 +157,6 @@ def _ranges(ranks):
     return ",".join(map(str, ranks)) if len(ranks) < 6 else f"{ranks[0]}..{ranks[-1]} ({len(ranks)})"
 
 
-def _type_name(datatype):
-    try:
-        return datatype.tocode()
-    except Exception:
-        return datatype.Get_name() or "derived"
-
-
-PHASE1_ROLES = ("stragglar", "direct")
-
-
-def _check_straggler(straggler, n):
-    """The role policy: a rank, "arrival" or "predict" (None means "arrival")."""
-    if straggler is None:
-        return "arrival"
-    if isinstance(straggler, str):
-        if straggler not in POLICIES:
-            raise ValueError(f"straggler must be a rank, 'arrival' or 'predict'; got {straggler!r}")
-        return straggler
-    if isinstance(straggler, (bool, np.bool_)) or not isinstance(straggler, (int, np.integer)):
-        raise TypeError(f"straggler must be a rank (int), 'arrival', 'predict' or None, "
-                        f"not {type(straggler).__name__}")
-    if not 0 <= straggler < n:
-        raise ValueError(f"straggler {straggler} is not a rank of a communicator of size {n}")
-    return int(straggler)
-
-
 def _roles(state, name, policy, nbytes, n, tracked=False, deadline=0.0):
     """(algorithm, straggler) for this call, the same on every rank.
 
@@ -240,31 +207,6 @@ def _sampled(state, n, nbytes):
         return True
     return (auto_algorithm([history[-1]], n, nbytes) != "native"
             or auto_algorithm(history, n, nbytes) != "native")
-
-
-def _decide(name, n, out, op):
-    """The algorithm that will run; every rank reaches the same answer from the same arguments."""
-    dt = out.datatype
-    if (n == 1 or out.count == 0 or not op.Is_commutative() or dt.handle in _PAIR_TYPES
-            or not dt.is_predefined or dt.Get_size() != dt.Get_extent()[1]):
-        return "native"
-    if name == "auto" and out.count * dt.Get_size() < _config.auto_min_bytes():
-        return "native"
-    return name
-
-
-_OP_ACCEPTS = set()
-
-
-def _check_op(op, datatype):
-    """Raise MPI's error for an op that does not apply to the datatype, before any message."""
-    key = (op.handle, datatype.handle)
-    if not op.is_predefined or key in _OP_ACCEPTS:
-        return
-    extent = datatype.Get_extent()[1]
-    a, b = bytearray(extent), bytearray(extent)
-    op.Reduce_local([a, 1, datatype], [b, 1, datatype])
-    _OP_ACCEPTS.add(key)
 
 
 def _exactly_commutative(op, datatype):
@@ -350,8 +292,12 @@ def _phase1(sub, kind, bounds, args, scratch):
 
 def _record(state, name, straggler, policy, t_call, t_p1, first, t_end, transport):
     state.calls[name] += 1
+    state.last = (name, straggler, policy, t_call, t_p1, first, t_end, transport)
+
+
+def _last(name, straggler, policy, t_call, t_p1, first, t_end, transport):
     arrived = first if first is not None else t_p1
-    state.last = {
+    return {
         "algorithm": name,
         "straggler": straggler,
         "policy": policy if name in PHASE1_ROLES else None,
@@ -366,4 +312,4 @@ def _record(state, name, straggler, policy, t_call, t_p1, first, t_end, transpor
 def stats(comm) -> dict:
     """Per-communicator counters: ``calls`` (algorithm -> count) and ``last`` (the last call)."""
     state = state_of(comm)
-    return {"calls": dict(state.calls), "last": dict(state.last)}
+    return {"calls": dict(state.calls), "last": _last(*state.last) if state.last else {}}

@@ -7,24 +7,21 @@ and datatype for ourselves.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from mpi4py import MPI
 
 _STRIP = "<>=@!|"
 
 
-@dataclass(frozen=True)
 class Message:
-    buf: object          # MPI.buffer; holds the export for the duration of the call
-    obj: object          # what the caller passed (device detection looks at it)
-    address: int
-    count: int
-    datatype: MPI.Datatype
+    """A resolved buffer: where the data is, how many elements, of which datatype."""
 
-    @property
-    def extent(self) -> int:
-        return self.datatype.Get_extent()[1]
+    __slots__ = ("buf", "obj", "address", "count", "datatype", "extent")
+
+    def __init__(self, buf, obj, address, count, datatype, extent=None):
+        self.buf = buf            # MPI.buffer; holds the export for the duration of the call
+        self.obj = obj            # what the caller passed (device detection looks at it)
+        self.address, self.count, self.datatype = address, count, datatype
+        self.extent = datatype.Get_extent()[1] if extent is None else extent
 
 
 def is_in_place(sendbuf) -> bool:
@@ -47,7 +44,7 @@ def resolve(spec, readonly: bool) -> Message:
     extent = datatype.Get_extent()[1]
     if count is None:
         count = (buf.nbytes // extent) - displ if extent else 0
-    return Message(buf, obj, buf.address + displ * extent, count, datatype)
+    return Message(buf, obj, buf.address + displ * extent, count, datatype, extent)
 
 
 def _writable(obj):

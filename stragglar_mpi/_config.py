@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import os
 import warnings
+from functools import lru_cache
+from typing import NamedTuple
 
 ALGORITHMS = ("auto", "stragglar", "ring", "rhd", "direct", "native")
 KNOWN = {"STRAGGLAR_ALGO", "STRAGGLAR_TRANSPORT", "STRAGGLAR_AUTO_MIN_BYTES", "STRAGGLAR_MODEL",
@@ -31,38 +33,80 @@ def _check_names():
     unknown = sorted(k for k in os.environ if k.startswith("STRAGGLAR_") and k not in KNOWN)
     if unknown:
         warnings.warn(f"stragglar_mpi: unknown environment variable(s) {', '.join(unknown)}; "
-                      f"known: {', '.join(sorted(KNOWN))}", RuntimeWarning, stacklevel=4)
+                      f"known: {', '.join(sorted(KNOWN))}", RuntimeWarning, stacklevel=5)
 
 
-def algorithm(requested) -> str:
-    """The algorithm asked for: STRAGGLAR_ALGO, else ``requested``, else "auto"."""
+class Settings(NamedTuple):
+    """The knobs of one call, parsed from the environment."""
+    algo: str                  # "" or a forced algorithm
+    transport: str
+    auto_min_bytes: int
+    model: tuple               # (alpha seconds, bandwidth bytes/s, margin)
+    timeout: float | None
+    validate: bool
+
+
+_READ = ("STRAGGLAR_ALGO", "STRAGGLAR_TRANSPORT", "STRAGGLAR_AUTO_MIN_BYTES", "STRAGGLAR_MODEL",
+         "STRAGGLAR_TIMEOUT", "STRAGGLAR_VALIDATE")
+# os.environ decodes every key and value it returns (about a microsecond each); its
+# byte-keyed dict on POSIX gives the same values in a tenth of that, per call.
+_RAW = getattr(os.environ, "_data", None)
+_RAW_KEYS = tuple(k.encode() for k in _READ)
+if not (isinstance(_RAW, dict) and all(isinstance(k, bytes) for k in _RAW)):
+    _RAW = None
+
+
+def current() -> Settings:
+    """The settings now (the environment is read on every call; parsing is cached)."""
+    if _RAW is not None:
+        return _parse(tuple(map(_RAW.get, _RAW_KEYS)))
+    return _parse(tuple(None if v is None else v.encode() for v in map(os.environ.get, _READ)))
+
+
+@lru_cache(maxsize=32)
+def _parse(raw) -> Settings:
     _check_names()
-    forced = os.environ.get("STRAGGLAR_ALGO", "").strip().lower()
+    algo, transport, min_bytes, model, timeout, validate = (
+        None if v is None else os.fsdecode(v) for v in raw)
+    return Settings(_forced(algo), (transport or "").strip().lower() or "cython",
+                    _auto_min_bytes(min_bytes), _model(model), _timeout(timeout),
+                    (validate or "0").strip().lower() in ("1", "true", "yes", "on"))
+
+
+def algorithm(requested, settings=None) -> str:
+    """The algorithm asked for: STRAGGLAR_ALGO, else ``requested``, else "auto"."""
+    forced = (settings or current()).algo
     name = forced or (requested if requested is not None else "auto")
     if not isinstance(name, str) or name.lower() not in ALGORITHMS:
-        source = "STRAGGLAR_ALGO" if forced else "algorithm"
-        raise ValueError(f"{source} must be one of {', '.join(ALGORITHMS)}; got {name!r}")
+        raise ValueError(f"algorithm must be one of {', '.join(ALGORITHMS)}; got {name!r}")
     return name.lower()
 
 
-def auto_min_bytes() -> int:
+def _forced(raw):
+    name = (raw or "").strip().lower()
+    if name and name not in ALGORITHMS:
+        raise ValueError(f"STRAGGLAR_ALGO must be one of {', '.join(ALGORITHMS)}; got {name!r}")
+    return name
+
+
+def _auto_min_bytes(raw):
     # Below a few MiB a round costs more than the bandwidth StragglAR saves (the
     # paper's own crossover on 8 GPUs is larger still); docs/BENCHMARKS.md.
-    raw = os.environ.get("STRAGGLAR_AUTO_MIN_BYTES", "4194304")
+    raw = "4194304" if raw is None else raw
     try:
         return int(raw)
     except ValueError:
         raise ValueError(f"STRAGGLAR_AUTO_MIN_BYTES must be an integer, got {raw!r}") from None
 
 
-def model():
+def _model(raw):
     """(alpha seconds, bandwidth bytes/s, margin) for ``auto``: STRAGGLAR_MODEL="1e-5,1e9,1.05".
 
     The default bandwidth is deliberately low (a loaded shared-memory node), so
     ``auto`` asks for a delay that surely hides the ReduceScatter; on a fast
     interconnect set it to the link speed.  ``margin``: StragglAR must win by this factor.
     """
-    raw = os.environ.get("STRAGGLAR_MODEL", "1e-5,1e9,1.05")
+    raw = "1e-5,1e9,1.05" if raw is None else raw
     try:
         alpha, bandwidth, margin = (float(x) for x in raw.split(","))
     except ValueError:
@@ -70,9 +114,9 @@ def model():
     return alpha, bandwidth, margin
 
 
-def timeout():
+def _timeout(raw):
     """Seconds to wait for late ranks (STRAGGLAR_TIMEOUT), or None: wait forever."""
-    raw = os.environ.get("STRAGGLAR_TIMEOUT", "").strip()
+    raw = (raw or "").strip()
     if not raw or raw.lower() in ("0", "off", "none"):
         return None
     try:
@@ -84,6 +128,17 @@ def timeout():
     return value
 
 
+def auto_min_bytes() -> int:
+    return current().auto_min_bytes
+
+
+def model():
+    return current().model
+
+
+def timeout():
+    return current().timeout
+
+
 def validating() -> bool:
-    """STRAGGLAR_VALIDATE=1: compare every call's arguments across ranks."""
-    return os.environ.get("STRAGGLAR_VALIDATE", "0").strip().lower() in ("1", "true", "yes", "on")
+    return current().validate

@@ -18,6 +18,7 @@ import numpy as np
 from mpi4py import MPI
 
 from . import _config, _cuda, _kernels
+from ._args import check_op, check_straggler, decide
 from ._buffers import Message, is_in_place, resolve, validate
 from ._plan import COPY, RECV, REDUCE, SEND
 from .schedule import PHASE1, chunk_bounds
@@ -38,9 +39,8 @@ def _object(spec):
 
 def allreduce(comm, sendbuf, recvbuf, op=MPI.SUM, *, straggler=None, algorithm=None):
     """``Allreduce`` with device buffers; raises what the host path raises for bad input."""
-    from ._allreduce import _check_straggler
     name = _config.algorithm(algorithm)
-    policy = _check_straggler(straggler, comm.Get_size())
+    policy = check_straggler(straggler, comm.Get_size())
     in_place = is_in_place(sendbuf)
     send = None if in_place else _Side(sendbuf)
     recv = _Side(recvbuf)
@@ -158,11 +158,11 @@ def _aware(comm, name, policy, src, out, op, in_place):
     """The body of ``_allreduce.Allreduce`` with device pointers (keep the two in step)."""
     from . import _allreduce as host
     t_call, n = MPI.Wtime(), comm.Get_size()
-    name = host._decide(name, n, out, op)
+    name = decide(name, n, out, op)
     state = host.state_of(comm)
     straggler = None
     if name != "native":
-        host._check_op(op, out.datatype)
+        check_op(op, out.datatype)
         name, straggler = host._roles(state, name, policy, out.count * out.extent, n)
     if name == "native":
         MPI.Intracomm.Allreduce(comm, MPI.IN_PLACE if in_place else _region(src, 0, src.count),

@@ -26,11 +26,12 @@ class State:
         self.key = self.private.bcast((MPI.Wtime(), os.getpid(), id(self)), root=0)
         self.early_comms = {}
         self.calls = Counter()
-        self.last = {}
+        self.last = None                  # the last call, as _allreduce._record keeps it
         self.history = deque(maxlen=64)   # arrival records of earlier tracked calls
         self.auto_calls = 0               # "auto" calls above the small-size cut
         self.tracked_seq = None           # arrival-table number of the last tracked call
         self.broken = None                # why this state is unusable (after a timeout)
+        self.repeat = None                # the last call's checked arguments (_args.Repeat)
         self._arrivals = None
         if self.private.Get_size() > 1:
             self.arrivals()   # collective, like the Dup: both happen in the first call only

@@ -10,6 +10,7 @@ import warnings
 
 from mpi4py import MPI
 
+from . import _config
 from ._errors import Pending
 from ._plan import COPY, RECV, REDUCE, SEND
 
@@ -24,9 +25,9 @@ else:
 _warned = []
 
 
-def name() -> str:
+def name(settings=None) -> str:
     """The transport that ``execute`` uses now: "cython" or "python"."""
-    choice = os.environ.get("STRAGGLAR_TRANSPORT", "").strip().lower() or "cython"
+    choice = (settings or _config.current()).transport
     if choice not in ("cython", "python"):
         raise ValueError(f"STRAGGLAR_TRANSPORT must be 'cython' or 'python', not {choice!r}")
     if choice == "cython" and _p2p is None:
