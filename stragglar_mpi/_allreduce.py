@@ -196,7 +196,7 @@ def _sampled(state, n, nbytes):
     """Whether an "auto" call reads and writes the arrival table.
 
     While the history says native, calls are recorded in pairs, one pair in
-    SAMPLE_EVERY calls (each record costs a few RMA round trips): the second call
+    SAMPLE_EVERY calls (each record costs two RMA round trips): the second call
     of a pair reads the first one's record.  Once the newest record shows a delay
     that would pay, every call is recorded until the history decides.  Every rank
     counts the same calls and reads the same records, so all agree.

@@ -2,9 +2,10 @@
 
 A training loop passes the same buffers with the same op every step.  ``Repeat``
 keeps what the checks of one call found (the algorithm, count, datatype) and
-hands it to the next call that passes arrays with the same ids, type, memory,
-dtype and writability, and the same other arguments and settings: every check
-would give the same answer, so only the buffers' exports are taken anew.
+hands it to the next call that passes arrays of the same type over the same
+memory, with the same dtype and writability, and the same other arguments and
+settings: every check would give the same answer, so only the buffers' exports
+are taken anew.
 """
 from __future__ import annotations
 
@@ -100,37 +101,33 @@ def _type_name(datatype):
 class Repeat:
     """The last call's checks, for a call that passes the same arguments again."""
 
-    __slots__ = ("recv", "send", "op", "key", "layout", "args")
+    __slots__ = ("in_place", "op", "key", "layout", "args")
 
-    def __init__(self, recv, send, op, key, layout, args):
-        self.recv, self.send, self.op, self.key, self.layout, self.args = recv, send, op, key, layout, args
+    def __init__(self, in_place, op, key, layout, args):
+        self.in_place, self.op, self.key, self.layout, self.args = in_place, op, key, layout, args
 
     @classmethod
     def of(cls, args, straggler, algorithm, settings):
         """A Repeat of ``args`` when its buffers are NumPy arrays and its op is predefined
         (other arguments are checked in every call), else None."""
-        send = args.sendbuf
         if (not isinstance(args.recvbuf, np.ndarray) or not args.op.is_predefined
-                or not (args.in_place or isinstance(send, np.ndarray))):
+                or not (args.in_place or isinstance(args.sendbuf, np.ndarray))):
             return None
-        recv_id, send_id = id(args.recvbuf), None if args.in_place else id(send)
         layout = (_layout(args.out.buf, args.recvbuf),
-                  None if args.in_place else _layout(args.src.buf, send))
+                  None if args.in_place else _layout(args.src.buf, args.sendbuf))
         kept = Args(args.n, args.policy, None, None, args.op, args.in_place,
                     _unbound(args.out), _unbound(args.src), args.name, args.signature)
-        return cls(recv_id, send_id, args.op, _key(straggler, algorithm, settings), layout, kept)
+        return cls(args.in_place, args.op, _key(straggler, algorithm, settings), layout, kept)
 
     def match(self, sendbuf, recvbuf, op, straggler, algorithm, settings):
         """This call's Args if it repeats the kept call, else None."""
-        if id(recvbuf) != self.recv or op is not self.op:
-            return None
-        if not is_in_place(sendbuf) if self.send is None else id(sendbuf) != self.send:
+        if op is not self.op or is_in_place(sendbuf) != self.in_place:
             return None
         if self.key != _key(straggler, algorithm, settings):
             return None
         try:
             rbuf = MPI.buffer(recvbuf)
-            sbuf = None if self.send is None else MPI.buffer(sendbuf)
+            sbuf = None if self.in_place else MPI.buffer(sendbuf)
         except (TypeError, ValueError, BufferError):
             return None        # the full check raises the error a first call gets
         if (_layout(rbuf, recvbuf), None if sbuf is None else _layout(sbuf, sendbuf)) != self.layout:
@@ -148,8 +145,9 @@ def _key(straggler, algorithm, settings):
 
 
 def _layout(buf, array):
-    # An array at the same id with this layout resolves to the same message, even
-    # if it is a new object; its dtype, unlike the buffer's format, names the datatype.
+    # Two arrays of one type with this layout resolve to the same message (a new view
+    # of the same memory each step is the common case); an array's dtype, unlike
+    # its buffer's format here, names the datatype.
     return (type(array), buf.address, buf.nbytes, buf.readonly, getattr(array, "dtype", None))
 
 

@@ -56,15 +56,25 @@ class Arrivals:
         self.win.Lock_all()
         self.seq = 0
         self.place = 0
+        self._previous = None
 
     def _key_disp(self, seq, place):
         return 1 + (seq % 2) * 2 * self.n + place
 
     def arrive(self):
-        """Take a ticket and enter the table; returns this rank's place (0 = first)."""
+        """Take a ticket and enter the table; returns this rank's place (0 = first).
+
+        The table of the previous call is read in the same epoch as the ticket
+        (see ``previous``): two RMA round trips per tracked call, not three.
+        """
         one, ticket = np.ones(1, np.int64), np.zeros(1, np.int64)
         self.win.Fetch_and_op(one, ticket, 0, 0, MPI.SUM)
+        before = None
+        if self.seq > 0:
+            before = np.zeros(2 * self.n, np.int64)
+            self.win.Get(before, 0, (self._key_disp(self.seq - 1, 0), 2 * self.n, MPI.INT64_T))
         self.win.Flush(0)
+        self._previous = None if before is None else _record(before, self.n)
         place = int(ticket[0]) - self.seq * self.n
         if not 0 <= place < self.n:
             raise RuntimeError(f"arrival ticket {int(ticket[0])} outside call {self.seq}: "
@@ -114,16 +124,9 @@ class Arrivals:
         return [r for r in range(self.n) if r not in present]
 
     def previous(self):
-        """The complete record of the last tracked call, or None before the first."""
-        if self.seq == 0:
-            return None
-        buf = np.zeros(2 * self.n, np.int64)
-        disp = self._key_disp(self.seq - 1, 0)
-        self.win.Get(buf, 0, (disp, 2 * self.n, MPI.INT64_T))
-        self.win.Flush(0)
-        order = tuple(int(k % _KEY) for k in buf[:self.n])
-        times = tuple(float(t) for t in buf[self.n:].view(np.float64))
-        return Arrival(order, times)
+        """The complete record of the last tracked call (read by ``arrive`` of this
+        call), or None before the first."""
+        return self._previous
 
     def finish(self):
         self.seq += 1
@@ -131,3 +134,10 @@ class Arrivals:
     def free(self):
         self.win.Unlock_all()
         self.win.Free()
+
+
+def _record(words, n):
+    """The Arrival in a table read as 2n int64 words: n keys, then n times."""
+    order = tuple(int(k % _KEY) for k in words[:n])
+    times = tuple(float(t) for t in words[n:].view(np.float64))
+    return Arrival(order, times)

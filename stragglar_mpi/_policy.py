@@ -12,7 +12,7 @@ from . import _config
 
 POLICIES = ("arrival", "predict")
 WINDOW = 8          # calls of history that a decision looks at
-SAMPLE_EVERY = 8    # while "auto" keeps choosing native, one call in this many is recorded
+SAMPLE_EVERY = 32   # while "auto" keeps choosing native, two calls in this many are recorded
 
 
 def predict_straggler(history, n):

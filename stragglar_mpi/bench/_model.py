@@ -39,7 +39,7 @@ def predict(algorithm: str, n: int, straggler, nbytes: int, delay: float,
     """Modelled post-arrival time; native is modelled as RHD (MPICH's large-message choice)."""
     if algorithm == "bound":
         return alpha + nbytes / bandwidth
-    name = "rhd" if algorithm == "native" else algorithm
+    name = "rhd" if algorithm in ("native", "native2") else algorithm
     arrivals = [0.0] * n
     if straggler is not None:
         arrivals[straggler] = delay

@@ -12,7 +12,7 @@ from ..schedule import build
 from ._data import POISON, count_wrong
 
 LIBRARY = ("stragglar", "ring", "rhd", "direct", "auto")
-VARIANTS = ("native",) + LIBRARY + ("bound",)
+VARIANTS = ("native", "native2") + LIBRARY + ("bound",)
 _TAG = 7303
 
 
@@ -116,7 +116,7 @@ def _bound(ctx, variant, straggler):
         ctx.comm.Sendrecv(ctx.send, peer, _TAG, ctx.recv, peer, _TAG)
 
 
-_CALLS = {"native": _native, "bound": _bound}
+_CALLS = {"native": _native, "native2": _native, "bound": _bound}
 
 
 def partner_of(ctx, straggler):

@@ -9,7 +9,7 @@ import pytest
 
 from stragglar_mpi.bench import _cli, _data, main
 
-ALL = ["native", "ring", "rhd", "stragglar", "auto", "bound"]
+ALL = ["native", "native2", "ring", "rhd", "stragglar", "auto", "bound"]
 
 
 @pytest.fixture

@@ -136,7 +136,7 @@ def test_auto_goes_native_without_delay_and_stragglar_with_one(comm):
         for it in range(SAMPLE_EVERY + 6):   # a sampled pair sees the delay, then the history
             c.Barrier()                      # everyone starts together; the last rank is late
             if c.Get_rank() == n - 1:
-                time.sleep(0.1)
+                time.sleep(0.05)
             Allreduce(c, send, recv)
             np.testing.assert_array_equal(recv, expected)
             picks.append(stats(c)["last"]["algorithm"])

@@ -107,3 +107,19 @@ def test_buffers_other_than_arrays_and_list_specs_are_checked_every_call(comm):
     Allreduce(comm, [send, 4, MPI.FLOAT], [out, 4, MPI.FLOAT], algorithm="stragglar")
     np.testing.assert_array_equal(out[:4], want(comm, 4))
     assert kept(comm) is None
+
+
+def test_new_views_of_the_same_memory_repeat_and_other_memory_does_not(comm):
+    big_send, big_recv = filled(comm, 2048), np.empty(2048, np.float32)
+    Allreduce(comm, big_send[:1000], big_recv[:1000], algorithm="stragglar")
+    first = kept(comm)
+    Allreduce(comm, big_send[:1000], big_recv[:1000], algorithm="stragglar")
+    assert kept(comm) is first
+    np.testing.assert_array_equal(big_recv[:1000], want(comm, 2048)[:1000])
+    Allreduce(comm, big_send[1000:2000], big_recv[1000:2000], algorithm="stragglar")
+    assert kept(comm) is not first
+    np.testing.assert_array_equal(big_recv[1000:2000], want(comm, 2048)[1000:2000])
+    big_recv[:] = 0
+    Allreduce(comm, big_send[1000:2000], big_recv[1000:2000], algorithm="stragglar")
+    np.testing.assert_array_equal(big_recv[:1000], 0)
+    np.testing.assert_array_equal(big_recv[1000:2000], want(comm, 2048)[1000:2000])
