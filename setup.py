@@ -47,8 +47,9 @@ def extensions():
 
     flags = mpi_flags(find_mpicc())
     flags["include_dirs"].insert(0, mpi4py.get_include())
-    ext = Extension("stragglar_mpi._p2p", ["cython_src/_p2p.pyx"], **flags)
-    return cythonize([ext], compiler_directives={"language_level": 3}, quiet=True)
+    exts = [Extension(f"stragglar_mpi.{name}", [f"cython_src/{name}.pyx"], **flags)
+            for name in ("_p2p", "_fast")]
+    return cythonize(exts, compiler_directives={"language_level": 3}, quiet=True)
 
 
 def dependencies():

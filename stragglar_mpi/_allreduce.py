@@ -7,7 +7,7 @@ import numpy as np
 from mpi4py import MPI
 
 from . import _config, _device, _transport
-from ._args import Repeat, check
+from ._args import check, keep, run_native
 from ._errors import Pending, StragglerTimeout
 from ._plan import compile_plan
 from ._policy import SAMPLE_EVERY, auto_algorithm, predict_straggler
@@ -33,13 +33,15 @@ def Allreduce(comm, sendbuf, recvbuf, op=MPI.SUM, *, straggler=None, algorithm=N
     ``StragglerTimeout`` on every waiting rank; with STRAGGLAR_VALIDATE=1 every
     rank checks that all ranks passed the same arguments.
     """
+    if run_native(comm, sendbuf, recvbuf, op, straggler, algorithm):
+        return
     t_call = MPI.Wtime()
     settings = _config.current()
     deadline = t_call + settings.timeout if settings.timeout else 0.0
     state = peek(comm)
     args = None
     if state is not None and state.repeat is not None and not settings.validate:
-        args = state.repeat.match(sendbuf, recvbuf, op, straggler, algorithm, settings)
+        args = state.repeat.match(sendbuf, recvbuf, op, straggler, algorithm)
     if args is None:
         if _device.is_device_call(sendbuf, recvbuf):
             return _device.allreduce(comm, sendbuf, recvbuf, op, straggler=straggler, algorithm=algorithm)
@@ -60,7 +62,7 @@ def _checked(comm, sendbuf, recvbuf, op, straggler, algorithm, settings, deadlin
     if settings.validate:
         return _same_everywhere(comm, checked, deadline)
     args = checked()
-    state_of(comm).repeat = Repeat.of(args, straggler, algorithm, settings)
+    state_of(comm).repeat = keep(args, straggler, algorithm, settings)
     return args
 
 

@@ -1,11 +1,8 @@
 """The arguments of one ``Allreduce`` call, checked; and the repeat of the last call's.
 
-A training loop passes the same buffers with the same op every step.  ``Repeat``
-keeps what the checks of one call found (the algorithm, count, datatype) and
-hands it to the next call that passes arrays of the same type over the same
-memory, with the same dtype and writability, and the same other arguments and
-settings: every check would give the same answer, so only the buffers' exports
-are taken anew.
+A training loop passes the same buffers with the same op every step.  ``keep``
+makes a compiled ``_fast.Repeat`` of what the checks of one call found; the next
+call that passes the same arguments again reuses it (see cython_src/_fast.pyx).
 """
 from __future__ import annotations
 
@@ -15,6 +12,7 @@ from mpi4py import MPI
 from . import _config
 from ._buffers import Message, is_in_place, resolve, validate
 from ._policy import POLICIES
+from ._state import KEYVAL
 
 _PAIR_TYPES = {getattr(MPI, n).handle for n in
                ("FLOAT_INT", "DOUBLE_INT", "LONG_INT", "SHORT_INT", "LONG_DOUBLE_INT", "TWOINT", "INT_INT")
@@ -98,62 +96,35 @@ def _type_name(datatype):
         return datatype.Get_name() or "derived"
 
 
-class Repeat:
-    """The last call's checks, for a call that passes the same arguments again."""
-
-    __slots__ = ("in_place", "op", "key", "layout", "args")
-
-    def __init__(self, in_place, op, key, layout, args):
-        self.in_place, self.op, self.key, self.layout, self.args = in_place, op, key, layout, args
-
-    @classmethod
-    def of(cls, args, straggler, algorithm, settings):
-        """A Repeat of ``args`` when its buffers are NumPy arrays and its op is predefined
-        (other arguments are checked in every call), else None."""
-        if (not isinstance(args.recvbuf, np.ndarray) or not args.op.is_predefined
-                or not (args.in_place or isinstance(args.sendbuf, np.ndarray))):
-            return None
-        layout = (_layout(args.out.buf, args.recvbuf),
-                  None if args.in_place else _layout(args.src.buf, args.sendbuf))
-        kept = Args(args.n, args.policy, None, None, args.op, args.in_place,
-                    _unbound(args.out), _unbound(args.src), args.name, args.signature)
-        return cls(args.in_place, args.op, _key(straggler, algorithm, settings), layout, kept)
-
-    def match(self, sendbuf, recvbuf, op, straggler, algorithm, settings):
-        """This call's Args if it repeats the kept call, else None."""
-        if op is not self.op or is_in_place(sendbuf) != self.in_place:
-            return None
-        if self.key != _key(straggler, algorithm, settings):
-            return None
-        try:
-            rbuf = MPI.buffer(recvbuf)
-            sbuf = None if self.in_place else MPI.buffer(sendbuf)
-        except (TypeError, ValueError, BufferError):
-            return None        # the full check raises the error a first call gets
-        if (_layout(rbuf, recvbuf), None if sbuf is None else _layout(sbuf, sendbuf)) != self.layout:
-            return None
-        k = self.args
-        out = _bound(k.out, rbuf, recvbuf)
-        src = out if sbuf is None else _bound(k.src, sbuf, sendbuf)
-        return Args(k.n, k.policy, sendbuf, recvbuf, op, k.in_place, out, src, k.name, k.signature)
-
-
-def _key(straggler, algorithm, settings):
-    # Of the settings, only these change what the checks find.
-    return (type(straggler), straggler, type(algorithm), algorithm, settings.algo,
-            settings.auto_min_bytes)
-
-
-def _layout(buf, array):
-    # Two arrays of one type with this layout resolve to the same message (a new view
-    # of the same memory each step is the common case); an array's dtype, unlike
-    # its buffer's format here, names the datatype.
-    return (type(array), buf.address, buf.nbytes, buf.readonly, getattr(array, "dtype", None))
+def keep(args, straggler, algorithm, settings):
+    """A compiled ``_fast.Repeat`` of a checked call whose buffers are NumPy arrays and
+    whose op is predefined; None for other calls (checked in full every time) or
+    without the extension."""
+    if (_fast is None or not isinstance(args.recvbuf, np.ndarray) or not args.op.is_predefined
+            or not (args.in_place or isinstance(args.sendbuf, np.ndarray))):
+        return None
+    kept = Args(args.n, args.policy, None, None, args.op, args.in_place,
+                _unbound(args.out), _unbound(args.src), args.name, args.signature)
+    native = args.name == "native" and settings.timeout is None
+    return _fast.Repeat(args, kept, straggler, algorithm, native)
 
 
 def _unbound(msg):
     return Message(None, None, None, msg.count, msg.datatype, msg.extent)
 
 
-def _bound(kept, buf, obj):
-    return Message(buf, obj, buf.address, kept.count, kept.datatype, kept.extent)
+def _no_native_repeat(*args):
+    return False
+
+
+# The settings a repeat depends on, in the order _fast compares them.
+_REPEAT_SETTINGS = ("STRAGGLAR_ALGO", "STRAGGLAR_AUTO_MIN_BYTES", "STRAGGLAR_TIMEOUT", "STRAGGLAR_VALIDATE")
+try:
+    from . import _fast
+except ImportError:   # a source checkout without the build: every call is checked in full
+    _fast = None
+if _fast is not None and _config.RAW_ENVIRON is not None:
+    _fast.init(_config.RAW_ENVIRON, [k.encode() for k in _REPEAT_SETTINGS], KEYVAL, Args, Message)
+    run_native = _fast.run_native
+else:
+    _fast, run_native = None, _no_native_repeat

@@ -50,16 +50,16 @@ _READ = ("STRAGGLAR_ALGO", "STRAGGLAR_TRANSPORT", "STRAGGLAR_AUTO_MIN_BYTES", "S
          "STRAGGLAR_TIMEOUT", "STRAGGLAR_VALIDATE")
 # os.environ decodes every key and value it returns (about a microsecond each); its
 # byte-keyed dict on POSIX gives the same values in a tenth of that, per call.
-_RAW = getattr(os.environ, "_data", None)
+RAW_ENVIRON = getattr(os.environ, "_data", None)
 _RAW_KEYS = tuple(k.encode() for k in _READ)
-if not (isinstance(_RAW, dict) and all(isinstance(k, bytes) for k in _RAW)):
-    _RAW = None
+if not (isinstance(RAW_ENVIRON, dict) and all(isinstance(k, bytes) for k in RAW_ENVIRON)):
+    RAW_ENVIRON = None
 
 
 def current() -> Settings:
     """The settings now (the environment is read on every call; parsing is cached)."""
-    if _RAW is not None:
-        return _parse(tuple(map(_RAW.get, _RAW_KEYS)))
+    if RAW_ENVIRON is not None:
+        return _parse(tuple(map(RAW_ENVIRON.get, _RAW_KEYS)))
     return _parse(tuple(None if v is None else v.encode() for v in map(os.environ.get, _READ)))
 
 

@@ -101,17 +101,17 @@ def _delete(comm, keyval, state):
     state.free()
 
 
-_KEYVAL = MPI.Comm.Create_keyval(delete_fn=_delete)
+KEYVAL = MPI.Comm.Create_keyval(delete_fn=_delete)
 
 
 def state_of(comm) -> State:
-    state = comm.Get_attr(_KEYVAL)
+    state = comm.Get_attr(KEYVAL)
     if state is None:
         state = State(comm)
-        comm.Set_attr(_KEYVAL, state)
+        comm.Set_attr(KEYVAL, state)
     return state
 
 
 def peek(comm):
     """The state if the communicator has one, without creating it."""
-    return comm.Get_attr(_KEYVAL)
+    return comm.Get_attr(KEYVAL)

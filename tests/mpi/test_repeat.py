@@ -123,3 +123,27 @@ def test_new_views_of_the_same_memory_repeat_and_other_memory_does_not(comm):
     Allreduce(comm, big_send[1000:2000], big_recv[1000:2000], algorithm="stragglar")
     np.testing.assert_array_equal(big_recv[:1000], 0)
     np.testing.assert_array_equal(big_recv[1000:2000], want(comm, 2048)[1000:2000])
+
+
+def test_a_native_repeat_runs_compiled_and_counts(comm, monkeypatch):
+    from stragglar_mpi import _allreduce
+    send, recv = filled(comm, 100), np.empty(100, np.float32)
+    Allreduce(comm, send, recv)                  # small: auto takes the native AllReduce
+    assert kept(comm).native
+    before = stats(comm)["calls"].get("native", 0)
+
+    def python_path(*args):
+        raise AssertionError("a native repeat went through the Python path")
+    monkeypatch.setattr(_allreduce, "_native", python_path)
+    for shift in range(3):
+        send[:] = filled(comm, 100, shift=shift)
+        Allreduce(comm, send, recv)
+        np.testing.assert_array_equal(recv, want(comm, 100, shift=shift))
+    assert stats(comm)["calls"]["native"] == before + 3
+    assert stats(comm)["last"]["algorithm"] == "native"
+    monkeypatch.setenv("STRAGGLAR_TIMEOUT", "30")    # a timeout needs the tracked path
+    with pytest.raises(AssertionError, match="Python path"):
+        Allreduce(comm, send, recv)
+    monkeypatch.undo()
+    Allreduce(comm, send, recv)
+    np.testing.assert_array_equal(recv, want(comm, 100, shift=2))
