@@ -10,7 +10,7 @@ from . import _config, _device, _transport
 from ._args import check, keep, run_native
 from ._errors import Pending, StragglerTimeout
 from ._plan import compile_plan
-from ._policy import SAMPLE_EVERY, auto_algorithm, predict_straggler
+from ._policy import SAMPLE_FIRST, SAMPLE_MAX, auto_algorithm, predict_straggler
 from ._state import peek, state_of
 from .schedule import PHASE1, build, chunk_bounds
 
@@ -197,18 +197,24 @@ def _roles(state, name, policy, nbytes, n, tracked=False, deadline=0.0):
 def _sampled(state, n, nbytes):
     """Whether an "auto" call reads and writes the arrival table.
 
-    While the history says native, calls are recorded in pairs, one pair in
-    SAMPLE_EVERY calls (each record costs two RMA round trips): the second call
-    of a pair reads the first one's record.  Once the newest record shows a delay
-    that would pay, every call is recorded until the history decides.  Every rank
-    counts the same calls and reads the same records, so all agree.
+    Calls are recorded in pairs (each record costs two RMA round trips; the second
+    call of a pair reads the first one's record).  While the records say native,
+    the pairs thin out: the gap between them starts at SAMPLE_FIRST calls and
+    doubles up to SAMPLE_MAX.  Once the newest record shows a delay that would pay,
+    every call is recorded until the history decides, and the gap starts over.
+    Every rank counts the same calls and reads the same records, so all agree.
     """
     state.auto_calls += 1
-    history = state.history
-    if not history or state.auto_calls % SAMPLE_EVERY in (0, 1):
+    calls, history = state.auto_calls, state.history
+    if not history or (auto_algorithm([history[-1]], n, nbytes) != "native"
+                       or auto_algorithm(history, n, nbytes) != "native"):
+        state.next_pair, state.pair_gap = calls + SAMPLE_FIRST, SAMPLE_FIRST
         return True
-    return (auto_algorithm([history[-1]], n, nbytes) != "native"
-            or auto_algorithm(history, n, nbytes) != "native")
+    if calls == state.next_pair + 1:
+        state.next_pair += state.pair_gap
+        state.pair_gap = min(2 * state.pair_gap, SAMPLE_MAX)
+        return True
+    return calls == state.next_pair
 
 
 def _exactly_commutative(op, datatype):

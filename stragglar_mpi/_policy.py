@@ -12,7 +12,8 @@ from . import _config
 
 POLICIES = ("arrival", "predict")
 WINDOW = 8          # calls of history that a decision looks at
-SAMPLE_EVERY = 32   # while "auto" keeps choosing native, two calls in this many are recorded
+SAMPLE_FIRST = 4    # while "auto" keeps choosing native, a pair of calls is recorded after
+SAMPLE_MAX = 64     # this many calls, then twice as many, ... up to SAMPLE_MAX
 
 
 def predict_straggler(history, n):

@@ -29,6 +29,7 @@ class State:
         self.last = None                  # the last call, as _allreduce._record keeps it
         self.history = deque(maxlen=64)   # arrival records of earlier tracked calls
         self.auto_calls = 0               # "auto" calls above the small-size cut
+        self.next_pair, self.pair_gap = 1, 1  # when "auto" records arrivals next (_allreduce._sampled)
         self.tracked_seq = None           # arrival-table number of the last tracked call
         self.broken = None                # why this state is unusable (after a timeout)
         self.repeat = None                # the last call's checked arguments (_args.Repeat)
