@@ -8,6 +8,7 @@ end; the run fails (exit 1) if any result was wrong or if anything grew.
 A short version runs in CI (tests/mpi/test_reliability.py::test_short_soak...).
 """
 import argparse
+import os
 import sys
 import time
 
@@ -15,7 +16,7 @@ import numpy as np
 from mpi4py import MPI
 
 from stragglar_mpi import Allreduce, stats
-from stragglar_mpi import _allreduce
+from stragglar_mpi import _allreduce, _state
 from stragglar_mpi._state import state_of
 from stragglar_mpi.demo import parse_size
 
@@ -54,7 +55,8 @@ def one_call(comm, c, rng, it, max_bytes):
 
 def snapshot(c):
     state = state_of(c)
-    return {"rss_mib": rss_mib(), "early_comms": len(state.early_comms),
+    return {"rss_mib": round(rss_mib(), 1), "early_comms": len(state.early_comms),
+            "windows": len(_state._WITH_WINDOWS), "fds": len(os.listdir("/proc/self/fd")),
             "history": len(state.history), "plans": _allreduce._plan.cache_info().currsize,
             "scratch_mib": state._scratch.nbytes / 2**20}
 
@@ -78,7 +80,8 @@ def main():
                   file=sys.stderr, flush=True)
     wall, end = time.perf_counter() - t0, snapshot(c)
     errors = comm.allreduce(errors)
-    grew = end["rss_mib"] - start["rss_mib"] > 64 or end["early_comms"] > c.Get_size()
+    grew = (end["rss_mib"] - start["rss_mib"] > 64 or end["early_comms"] > c.Get_size()
+            or end["windows"] > start["windows"] or end["fds"] > start["fds"])
     if comm.Get_rank() == 0:
         print(f"ranks {comm.Get_size()}  calls {args.calls}  wall {wall:.1f} s  errors {errors}")
         print(f"start {start}\nend   {end}")
