@@ -42,7 +42,8 @@ class State:
         """The shared arrival table (made collectively with the state, in the first call)."""
         if self._arrivals is None:
             from ._arrival import Arrivals
-            self._arrivals = Arrivals(self.private)
+            from ._transport import name
+            self._arrivals = Arrivals(self.private, name())
             _WITH_WINDOWS.add(self)
         return self._arrivals
 
