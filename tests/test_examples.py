@@ -24,10 +24,15 @@ def mpiexec():
 
 
 def run_example(n, script, *args, env=None):
+    return run_script(n, EXAMPLES / script, *args, env=env)
+
+
+def run_script(n, path, *args, env=None):
+    """``mpiexec -n n python path args`` with a timeout; its output, or a failure."""
     env = dict(os.environ, MPIR_CVAR_CH4_PROGRESS_THROTTLE="1", MPIEXEC_TIMEOUT=str(TIMEOUT),
                PYTHONUNBUFFERED="1", **(env or {}))
     env.pop("SMPI_TEST_IN_MPIEXEC", None)
-    cmd = [mpiexec(), "-n", str(n), sys.executable, str(EXAMPLES / script), *args]
+    cmd = [mpiexec(), "-n", str(n), sys.executable, str(path), *args]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=TIMEOUT + 30)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, f"{' '.join(cmd)} exited {proc.returncode}:\n{out[-8000:]}"
