@@ -19,17 +19,6 @@ from libc.stdlib cimport malloc, free
 cdef extern from "sched.h" nogil:
     int sched_yield()
 
-cdef extern from *:
-    """
-    static inline long long smpi_fetch_add(long long *p, long long v) {
-        return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST); }
-    static inline void smpi_store(long long *p, long long v) { __atomic_store_n(p, v, __ATOMIC_SEQ_CST); }
-    static inline long long smpi_load(long long *p) { return __atomic_load_n(p, __ATOMIC_SEQ_CST); }
-    """
-    long long smpi_fetch_add(long long *p, long long v) nogil
-    void smpi_store(long long *p, long long v) nogil
-    long long smpi_load(long long *p) nogil
-
 from mpi4py import MPI as _MPI
 
 ctypedef fused num_t:
@@ -272,19 +261,3 @@ def kernel_id(MPI.Datatype dtype, MPI.Op op):
             t = K_I64
     o = _KERNEL_OPS.get(op.handle, 0)
     return 16 * t + o if t and o else 0
-
-
-# Atomics on 8-byte words of shared memory (the arrival table of ranks on one node).
-def fetch_add(uintptr_t address, long long value):
-    """Add ``value`` to the int64 at ``address``; return what it held before."""
-    return smpi_fetch_add(<long long *>address, value)
-
-
-def store(uintptr_t address, long long value):
-    smpi_store(<long long *>address, value)
-
-
-def load(uintptr_t address, Py_ssize_t count):
-    """``count`` int64 words from ``address``, each read atomically, as a list."""
-    cdef long long *p = <long long *>address
-    return [smpi_load(p + i) for i in range(count)]

@@ -3,7 +3,7 @@
 | variable                   | meaning                                                  | default |
 |----------------------------|----------------------------------------------------------|---------|
 | STRAGGLAR_ALGO             | force an algorithm: stragglar, ring, rhd, direct, native, auto (overrides ``algorithm=``) | unset |
-| STRAGGLAR_TRANSPORT        | cython or python (python: also the arrival table in RMA) | cython  |
+| STRAGGLAR_TRANSPORT        | cython or python                                         | cython  |
 | STRAGGLAR_AUTO_MIN_BYTES   | ``auto`` takes the native AllReduce below this size     | 4194304 |
 | STRAGGLAR_MODEL            | ``auto``'s cost model: alpha (s), bandwidth (bytes/s), margin | 1e-5,1e9,1.05 |
 | STRAGGLAR_TIMEOUT          | seconds a call waits for late ranks before raising StragglerTimeout | off |

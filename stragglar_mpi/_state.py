@@ -42,8 +42,7 @@ class State:
         """The shared arrival table (made collectively with the state, in the first call)."""
         if self._arrivals is None:
             from ._arrival import Arrivals
-            from ._transport import name
-            self._arrivals = Arrivals(self.private, name())
+            self._arrivals = Arrivals(self.private)
             _WITH_WINDOWS.add(self)
         return self._arrivals
 

@@ -27,13 +27,3 @@ def test_typed_loop_matches_reduce_local(code, dt, opname):
     got = b.copy()
     _p2p.reduce_local(a, got, dt, op, kernel)
     assert got.tobytes() == want.tobytes()
-
-
-def test_shared_memory_atomics():
-    """The atomics of the arrival table: fetch-and-add, store and load on int64 words."""
-    words = np.zeros(4, np.int64)
-    base = words.ctypes.data
-    assert [_p2p.fetch_add(base, 1) for _ in range(3)] == [0, 1, 2]
-    _p2p.store(base + 16, -(1 << 62))
-    assert _p2p.load(base, 4) == [3, 0, -(1 << 62), 0]
-    assert words.tolist() == [3, 0, -(1 << 62), 0]
