@@ -128,17 +128,9 @@ def _timeout(raw):
     return value
 
 
-def auto_min_bytes() -> int:
-    return current().auto_min_bytes
-
-
 def model():
     return current().model
 
 
 def timeout():
     return current().timeout
-
-
-def validating() -> bool:
-    return current().validate
