@@ -9,10 +9,10 @@ from mpi4py import MPI
 from . import _config, _device, _transport
 from ._args import check, keep, run_native
 from ._errors import Pending, StragglerTimeout
-from ._plan import compile_plan
+from ._plan import compile_rounds
 from ._policy import SAMPLE_FIRST, SAMPLE_MAX, auto_algorithm, predict_straggler
 from ._state import peek, state_of
-from .schedule import PHASE1, build, chunk_bounds
+from .schedule import PHASE1, chunk_bounds, rank_view
 
 _ORDERED_FLOAT_OPS = {MPI.MAX.handle, MPI.MIN.handle}
 PHASE1_ROLES = ("stragglar", "direct")
@@ -228,19 +228,22 @@ def _exactly_commutative(op, datatype):
 
 @lru_cache(maxsize=256)
 def _plan(name, n, straggler, rank, count, extent, in_place, commutative, dt_handle):
-    schedule = build(name, n, straggler)
-    return schedule, compile_plan(schedule, rank, count, extent, in_place, commutative,
-                                  _prepared(schedule, rank))
+    """(chunks, plan) of ``rank``.  A miss costs one rank's rounds: StragglAR is verified
+    once per n and a new straggler only relabels this rank's slice (schedule.rank_view)."""
+    chunks, rounds = rank_view(name, n, straggler, rank)
+    return chunks, compile_rounds(rounds, chunks, rank, count, extent, in_place, commutative,
+                                  _prepared(name, n, straggler, rank, chunks))
 
 
-def _prepared(schedule, rank):
+def _prepared(name, n, straggler, rank, chunks):
     """Chunks that phase 1 leaves in the receive buffer of ``rank``."""
-    kind = PHASE1.get(schedule.algorithm)
-    if kind is None or rank == schedule.straggler:
+    kind = PHASE1.get(name)
+    straggler = n - 1 if straggler is None else straggler
+    if kind is None or rank == straggler:
         return frozenset()
     if kind == "reduce_scatter":
-        return frozenset([schedule.early.index(rank)])
-    return frozenset(range(schedule.chunks))
+        return frozenset([rank - (rank > straggler)])
+    return frozenset(range(chunks))
 
 
 def _run_schedule(state, name, straggler, args, transport, deadline):
@@ -248,14 +251,15 @@ def _run_schedule(state, name, straggler, args, transport, deadline):
     dt, extent = out.datatype, out.extent
     rank, n = comm.Get_rank(), comm.Get_size()
     commutative = _exactly_commutative(args.op, dt)
-    schedule, plan = _plan(name, n, straggler, rank, out.count, extent, args.in_place,
-                           commutative, dt.handle)
+    chunks, plan = _plan(name, n, straggler, rank, out.count, extent, args.in_place,
+                         commutative, dt.handle)
     scratch_bytes = plan.scratch_bytes
     kind = PHASE1.get(name)
-    if kind and rank != straggler:
-        bounds = chunk_bounds(out.count, schedule.chunks)
+    sub = state.early_comm(straggler) if kind else None  # every rank: same LRU order
+    if sub is not None:
+        bounds = chunk_bounds(out.count, chunks)
         scratch_bytes = max(scratch_bytes, max(b[1] for b in bounds) * extent)
-        started = _phase1(state.early_comm(straggler), kind, bounds, args, state.scratch(scratch_bytes))
+        started = _phase1(sub, kind, bounds, args, state.scratch(scratch_bytes))
         _wait(state, started.request, deadline, f"phase 1 ({kind} among the early ranks)")
         started.finish()
     scratch = state.scratch(scratch_bytes)

@@ -177,17 +177,18 @@ def _run_schedule(host, state, name, straggler, src, out, op, in_place):
     """Phase 1 on the early ranks, then this rank's plan, all on device memory."""
     comm, dt, extent = state.private, out.datatype, out.extent
     rank, n = comm.Get_rank(), comm.Get_size()
-    schedule, plan = host._plan(name, n, straggler, rank, out.count, extent, in_place,
-                                host._exactly_commutative(op, dt), dt.handle)
+    chunks, plan = host._plan(name, n, straggler, rank, out.count, extent, in_place,
+                              host._exactly_commutative(op, dt), dt.handle)
     scratch_bytes = plan.scratch_bytes
     kind = PHASE1.get(name)
-    bounds = chunk_bounds(out.count, schedule.chunks)
-    if kind and rank != straggler:
+    bounds = chunk_bounds(out.count, chunks)
+    sub = state.early_comm(straggler) if kind else None  # every rank: same LRU order
+    if sub is not None:
         scratch_bytes = max(scratch_bytes, max(b[1] for b in bounds) * extent)
     scratch = _cuda.scratch(scratch_bytes)
     stream = _cuda.numba_cuda().stream()
-    if kind and rank != straggler:
-        _phase1(state.early_comm(straggler), kind, bounds, src, out, op, in_place, scratch, stream)
+    if sub is not None:
+        _phase1(sub, kind, bounds, src, out, op, in_place, scratch, stream)
     t_p1 = MPI.Wtime()
     addresses = (src.address, out.address, _cuda.address_of(scratch))
     views = (_cuda.device_bytes(src.address, src.count * extent, src.obj),

@@ -51,10 +51,17 @@ class _Round:
 
 def compile_plan(schedule, rank, count, extent, in_place, commutative, prepared=()):
     """Plan for ``rank``; ``prepared`` lists the chunks that phase 1 left in OUT."""
-    bounds = [(off * extent, n) for off, n in chunk_bounds(count, schedule.chunks)]
-    where = [OUT if (in_place or c in prepared) else IN for c in range(schedule.chunks)]
+    return compile_rounds(schedule.rounds, schedule.chunks, rank, count, extent, in_place,
+                          commutative, prepared)
+
+
+def compile_rounds(per_round, chunks, rank, count, extent, in_place, commutative, prepared=()):
+    """Plan for ``rank`` from its transfers round by round (others' are ignored), so
+    a rank's own slice (``schedule.rank_view``) compiles in time linear in its rounds."""
+    bounds = [(off * extent, n) for off, n in chunk_bounds(count, chunks)]
+    where = [OUT if (in_place or c in prepared) else IN for c in range(chunks)]
     rounds = []
-    for index, transfers in enumerate(schedule.rounds):
+    for index, transfers in enumerate(per_round):
         rnd = _Round(index, extent, [], [])
         sent = _sends(rnd, transfers, rank, bounds, where)
         _recvs(rnd, transfers, rank, bounds, where, sent, commutative)

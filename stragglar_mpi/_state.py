@@ -10,12 +10,14 @@ from __future__ import annotations
 import atexit
 import os
 import weakref
-from collections import Counter, deque
+from collections import Counter, OrderedDict, deque
 
 import numpy as np
 from mpi4py import MPI
 
 _TAG_SUBCOMM = 4242
+#: Sub-communicators of early ranks kept per user communicator (MPICH has ~2048 context ids).
+EARLY_COMMS = 8
 
 
 class State:
@@ -24,7 +26,7 @@ class State:
         # The same key on every member: windows are freed at exit in key order,
         # so ranks that share several communicators never wait on each other crosswise.
         self.key = self.private.bcast((MPI.Wtime(), os.getpid(), id(self)), root=0)
-        self.early_comms = {}
+        self.early_comms = OrderedDict()  # straggler -> its early ranks' comm (None on it), LRU
         self.calls = Counter()
         self.last = None                  # the last call, as _allreduce._record keeps it
         self.history = deque(maxlen=64)   # arrival records of earlier tracked calls
@@ -61,15 +63,29 @@ class State:
         self._arrivals = None
 
     def early_comm(self, straggler):
-        """Intracomm of every rank but ``straggler``, in rank order (call on early ranks)."""
-        sub = self.early_comms.get(straggler)
-        if sub is None:
+        """Intracomm of every rank but ``straggler``, in rank order; None on the straggler.
+
+        Call it on every rank, the straggler too, with the same straggler: the LRU
+        order is then the same on every rank, so an evicted sub-communicator is freed
+        at the same call on all its members (freeing is collective among them).  A
+        miss costs one Create_group among the early ranks (and one Free if full).
+        """
+        comms = self.early_comms
+        if straggler in comms:
+            comms.move_to_end(straggler)
+            return comms[straggler]
+        if len(comms) >= EARLY_COMMS:
+            _, old = comms.popitem(last=False)
+            if old is not None:
+                old.Free()
+        sub = None
+        if self.private.Get_rank() != straggler:
             group = self.private.Get_group()
             early = group.Excl([straggler])
             sub = self.private.Create_group(early, _TAG_SUBCOMM)
             early.Free()
             group.Free()
-            self.early_comms[straggler] = sub
+        comms[straggler] = sub
         return sub
 
     def scratch(self, nbytes):
@@ -82,7 +98,8 @@ class State:
             return
         self.free_arrivals()
         for sub in self.early_comms.values():
-            sub.Free()
+            if sub is not None:
+                sub.Free()
         self.early_comms.clear()
         self.private.Free()
 

@@ -6,13 +6,13 @@ import functools
 from .classic import direct, rhd, ring
 from .model import ALGORITHMS, Schedule, ScheduleError, Transfer, chunk_bounds
 from .simulate import Simulation, simulate
-from .stragglar import lower_bound_rounds, synthesize
+from .stragglar import lower_bound_rounds, rank_rounds, synthesize
 from .verify import PHASE1, verify
 
 __all__ = [
     "ALGORITHMS", "PHASE1", "Schedule", "ScheduleError", "Simulation", "Transfer",
-    "build", "chunk_bounds", "direct", "lower_bound_rounds", "rhd", "ring", "simulate",
-    "synthesize", "verify",
+    "build", "chunk_bounds", "direct", "lower_bound_rounds", "rank_view", "rhd", "ring",
+    "simulate", "synthesize", "verify",
 ]
 
 
@@ -20,14 +20,63 @@ __all__ = [
 def build(algorithm: str, n: int, straggler: int | None = None) -> Schedule:
     """The verified schedule of ``algorithm`` for ``n`` ranks (ring and rhd ignore ``straggler``)."""
     if algorithm == "stragglar":
-        schedule = synthesize(n, straggler)
-    elif algorithm == "direct":
+        # A relabelling cannot break a verified schedule: only the canonical one is checked.
+        _verified_canonical(n)
+        return synthesize(n, straggler)
+    if algorithm == "direct":
         schedule = direct(n, straggler)
     elif algorithm in ("ring", "rhd"):
         return _build_classic(algorithm, n)
     else:
         raise ScheduleError(f"unknown algorithm {algorithm!r}; expected one of {ALGORITHMS}")
     return verify(schedule)
+
+
+@functools.lru_cache(maxsize=64)
+def _verified_canonical(n: int) -> bool:
+    """StragglAR with straggler n-1, verified once per n (the field form without Transfer objects)."""
+    if n > 2 and n & (n - 1) == 0:
+        from .verify import verify_field
+        verify_field(n)
+    else:
+        verify(synthesize(n))
+    return True
+
+
+def rank_view(algorithm: str, n: int, straggler: int | None, rank: int):
+    """(chunks, rounds): the transfers of ``rank`` round by round, in real ranks.
+
+    StragglAR is built for straggler n-1 and relabelled here, one rank at a time:
+    canonical early label i is real rank i, or i+1 at and above the straggler.
+    No whole schedule is built for a power of two, and nothing is verified again.
+    """
+    if algorithm != "stragglar":
+        chunks, slices = _slices(algorithm, n, straggler)
+        return chunks, slices[rank]
+    straggler = n - 1 if straggler is None else straggler
+    if not 0 <= straggler < n or not 0 <= rank < n:
+        raise ScheduleError(f"straggler and rank must be in 0..{n - 1}, got {straggler}, {rank}")
+    _verified_canonical(n)
+    m = n - 1
+    label = m if rank == straggler else rank - (rank > straggler)
+    rounds = rank_rounds(n, label)
+    if straggler != m:
+        real = lambda x: straggler if x == m else x + (x >= straggler)  # noqa: E731
+        rounds = [tuple(Transfer(real(t.src), real(t.dst), t.chunk, t.reduce) for t in rnd)
+                  for rnd in rounds]
+    return max(m, 1), rounds
+
+
+@functools.lru_cache(maxsize=8)
+def _slices(algorithm: str, n: int, straggler: int | None):
+    """Each rank's transfers round by round, for schedules built whole (classic, direct)."""
+    schedule = build(algorithm, n, straggler)
+    slices = [[[] for _ in schedule.rounds] for _ in range(schedule.n)]
+    for i, rnd in enumerate(schedule.rounds):
+        for t in rnd:
+            slices[t.src][i].append(t)
+            slices[t.dst][i].append(t)
+    return schedule.chunks, [[tuple(r) for r in per_rank] for per_rank in slices]
 
 
 @functools.lru_cache(maxsize=32)

@@ -15,7 +15,7 @@ from importlib import resources
 
 from .model import Schedule, ScheduleError, Transfer, gc_paused
 
-__all__ = ["synthesize", "lower_bound_rounds"]
+__all__ = ["synthesize", "lower_bound_rounds", "rank_rounds"]
 
 
 def lower_bound_rounds(n: int) -> int:
@@ -51,6 +51,32 @@ def _construct(n: int) -> Schedule:
     else:
         rounds = _as_transfers(_greedy_rounds(n, _seeds().get(n, 0)), n - 1)
     return Schedule("stragglar", n, n - 1, n - 1, rounds)
+
+
+def rank_rounds(n: int, label: int) -> list[tuple[Transfer, ...]]:
+    """The transfers of canonical rank ``label`` (straggler n-1), round by round.
+
+    Powers of two: read off the field pattern, O(rounds) time and memory, without
+    the whole schedule.  Other n: the slice of the cached canonical schedule.
+    """
+    if not 0 <= label < n:
+        raise ScheduleError(f"rank must be in 0..{n - 1}, got {label}")
+    if n > 2 and n & (n - 1) == 0:
+        return _field_rank_rounds(n, label)
+    return _by_label(n)[label]
+
+
+@functools.lru_cache(maxsize=4)
+def _by_label(n: int) -> tuple[tuple[tuple[Transfer, ...], ...], ...]:
+    """Every rank's slice of the canonical schedule (one pass over it)."""
+    rounds = _canonical(n).rounds
+    slices = [[[] for _ in rounds] for _ in range(n)]
+    for i, rnd in enumerate(rounds):
+        for t in rnd:
+            slices[t.src][i].append(t)
+            if t.dst != t.src:
+                slices[t.dst][i].append(t)
+    return tuple(tuple(map(tuple, per_rank)) for per_rank in slices)
 
 
 def _exchange(rank: int, straggler: int, chunk: int) -> tuple[Transfer, Transfer]:
@@ -117,6 +143,60 @@ def _field_rounds(n: int) -> list[tuple[Transfer, ...]]:
             Transfer((t + d) % m, (t + partner) % m, min(t + age, m - 1))
             for d, partner, age in pattern if t + age >= 0))
     return rounds
+
+
+def field_round_arrays(n: int):
+    """``_field_rounds(n)`` as NumPy columns, one (src, dst, chunk) triple per round,
+    copies only (round t < n-1 also holds the exchange of chunk t with the straggler)."""
+    import numpy as np
+    L = n.bit_length() - 1
+    m = n - 1
+    d, partner, age = (np.array(col, dtype=np.int64) for col in zip(*_field_pattern(L)))
+    for t in range(n - 2 + L):
+        keep = t + age >= 0
+        src, dst = (t + d[keep]) % m, (t + partner[keep]) % m
+        chunk = np.minimum(t + age[keep], m - 1)
+        if t >= m:
+            src, dst = np.append(src, m), np.append(dst, t % m)
+            chunk = np.append(chunk, m - 1)
+        yield src, dst, chunk
+
+
+def _field_rank_rounds(n: int, u: int) -> list[tuple[Transfer, ...]]:
+    """Rank ``u``'s part of ``_field_rounds(n)``: its offset from the busy rank
+    gives what it sends, the offset of the rank that sends to it what it receives."""
+    L = n.bit_length() - 1
+    m = n - 1
+    send, recv = _field_tables(L)
+    rounds = []
+    for t in range(n - 2 + L):
+        busy = t % m
+        if u == m:
+            rounds.append(_exchange(busy, m, t) if t < m else (Transfer(m, busy, m - 1),))
+            continue
+        d = (u - t) % m
+        if d == 0:
+            rounds.append(_exchange(u, m, t) if t < m else (Transfer(m, u, m - 1),))
+            continue
+        mine = []
+        partner, age = send[d]
+        if t + age >= 0:
+            mine.append(Transfer(u, (t + partner) % m, min(t + age, m - 1)))
+        source, age = recv[d]
+        if t + age >= 0:
+            mine.append(Transfer((t + source) % m, u, min(t + age, m - 1)))
+        rounds.append(tuple(mine))
+    return rounds
+
+
+@functools.lru_cache(maxsize=None)
+def _field_tables(L: int) -> tuple[dict, dict]:
+    """By offset from the busy rank: (partner, -age) it sends to, (source, -age) it hears."""
+    send, recv = {}, {}
+    for d, partner, age in _field_pattern(L):
+        send[d] = (partner, age)
+        recv[partner] = (d, age)
+    return send, recv
 
 
 @functools.lru_cache(maxsize=None)

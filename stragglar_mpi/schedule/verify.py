@@ -13,7 +13,7 @@ import operator
 
 from .model import ALGORITHMS, Schedule, ScheduleError, gc_paused
 
-__all__ = ["verify", "PHASE1"]
+__all__ = ["verify", "verify_field", "check_stragglar_copies", "PHASE1"]
 
 #: What each algorithm's ranks did before the schedule starts (``None``: nothing).
 PHASE1 = {"stragglar": "reduce_scatter", "direct": "allreduce", "ring": None, "rhd": None}
@@ -171,3 +171,51 @@ def _ranks(mask: int, limit: int = 8) -> str:
     ranks = [i for i in range(mask.bit_length()) if mask >> i & 1]
     shown = ", ".join(map(str, ranks[:limit]))
     return f"[{shown}{', ...' if len(ranks) > limit else ''}]"
+
+
+def verify_field(n: int) -> int:
+    """Verify the canonical power-of-two StragglAR schedule without building it; its rounds."""
+    from .stragglar import field_round_arrays
+    return check_stragglar_copies(n, field_round_arrays(n))
+
+
+def check_stragglar_copies(n: int, rounds) -> int:
+    """Check a StragglAR schedule given as copy columns per round (NumPy).
+
+    ``rounds`` yields (src, dst, chunk) int arrays per round; round t < n-1
+    implicitly also holds the exchange of chunk t between early rank t and the
+    straggler n-1 (both reduce, so both then hold chunk t fully reduced, phase 1
+    having left chunk t reduced over the early ranks at rank t).  Checks the one-port
+    rule (the exchanging pair does nothing else), that every copy carries a chunk
+    its sender holds fully reduced, and that everyone holds everything at the end.
+    Holders are a boolean rank x chunk matrix: a round costs a few vector operations.
+    """
+    import numpy as np
+    m = n - 1
+    holds = np.zeros((n, max(m, 1)), dtype=bool)
+    count = 0
+    for t, (src, dst, chunk) in enumerate(rounds):
+        count += 1
+        ranks = np.concatenate([src, dst])
+        if len(ranks) and (ranks.min() < 0 or ranks.max() > m or chunk.min() < 0 or chunk.max() >= m):
+            raise ScheduleError(f"round {t}: a copy is out of range (n={n})")
+        busy = [t, m] if t < m else []
+        for name, side in (("sends", src), ("receives", dst)):
+            seen = np.bincount(np.concatenate([side, busy]).astype(np.int64), minlength=n)
+            if seen.max(initial=0) > 1:
+                rank = int(seen.argmax())
+                raise ScheduleError(f"round {t}: rank {rank} {name} more than once (one-port rule)")
+        if np.any(src == dst):
+            raise ScheduleError(f"round {t}: a rank copies to itself")
+        held = holds[src, chunk]
+        if not held.all():
+            i = int(np.argmin(held))
+            raise ScheduleError(f"round {t}: rank {src[i]} copies chunk {chunk[i]} to rank "
+                                f"{dst[i]} but does not hold it fully reduced")
+        holds[dst, chunk] = True
+        if t < m:
+            holds[t, t] = holds[m, t] = True
+    if m and not holds.all():
+        rank, chunk = np.argwhere(~holds)[0]
+        raise ScheduleError(f"after the last round rank {rank} lacks chunk {chunk}")
+    return count
