@@ -12,7 +12,7 @@ from .verify import PHASE1, verify
 __all__ = [
     "ALGORITHMS", "PHASE1", "Schedule", "ScheduleError", "Simulation", "Transfer",
     "build", "chunk_bounds", "direct", "lower_bound_rounds", "rank_view", "rhd", "ring",
-    "simulate", "synthesize", "verify",
+    "simulate", "synthesize", "verified_rounds", "verify",
 ]
 
 
@@ -33,14 +33,25 @@ def build(algorithm: str, n: int, straggler: int | None = None) -> Schedule:
 
 
 @functools.lru_cache(maxsize=64)
-def _verified_canonical(n: int) -> bool:
-    """StragglAR with straggler n-1, verified once per n (the field form without Transfer objects)."""
+def _verified_canonical(n: int) -> int:
+    """StragglAR with straggler n-1, verified once per n; its rounds.  Powers of two are
+    checked in the field form (NumPy columns), without Transfer objects."""
+    if not isinstance(n, int) or n < 1:
+        raise ScheduleError(f"n must be an int >= 1, got {n!r}")
     if n > 2 and n & (n - 1) == 0:
         from .verify import verify_field
-        verify_field(n)
-    else:
-        verify(synthesize(n))
-    return True
+        return verify_field(n)
+    return len(verify(synthesize(n)).rounds)
+
+
+def verified_rounds(algorithm: str, n: int, straggler: int | None = None) -> int:
+    """Rounds of the verified schedule, without building a whole StragglAR one for a
+    power of two (a relabelling of the verified canonical schedule stays valid)."""
+    if algorithm != "stragglar":
+        return len(build(algorithm, n, straggler).rounds)
+    if straggler is not None and not 0 <= straggler < n:
+        raise ScheduleError(f"straggler must be in 0..{n - 1}, got {straggler}")
+    return _verified_canonical(n)
 
 
 def rank_view(algorithm: str, n: int, straggler: int | None, rank: int):

@@ -14,7 +14,7 @@ import sys
 import time
 from pathlib import Path
 
-from . import ALGORITHMS, ScheduleError, build, lower_bound_rounds, simulate
+from . import ALGORITHMS, ScheduleError, build, lower_bound_rounds, simulate, verified_rounds
 
 _SIZE_UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
                "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}
@@ -76,13 +76,13 @@ def cmd_verify(args) -> int:
             stragglers = range(n) if args.every_straggler and algorithm in ("stragglar", "direct") else [None]
             for straggler in stragglers:
                 try:
-                    schedule = build(algorithm, n, straggler)
+                    rounds = verified_rounds(algorithm, n, straggler)
                 except ScheduleError as exc:
                     failures += 1
                     print(f"FAIL {algorithm} n={n} straggler={straggler}: {exc}")
                     continue
             if algorithm == "stragglar":
-                excess[n] = len(schedule.rounds) - lower_bound_rounds(n)
+                excess[n] = rounds - lower_bound_rounds(n)
         elapsed = time.perf_counter() - start
         print(f"{algorithm}: verified n in {_compact(args.n)} in {elapsed:.2f} s")
         if excess:

@@ -170,3 +170,26 @@ def test_short_soak_keeps_state_bounded(comm):
         assert sum(stats(c)["calls"].values()) == 150
     finally:
         c.Free()
+
+
+def test_early_comms_are_a_bounded_lru(comm, monkeypatch):
+    """More stragglers than the cache holds: evicted sub-communicators are freed at the
+    same call on every rank (the straggler keeps the same LRU order), results stay right."""
+    needs(3, comm)
+    from stragglar_mpi import _state
+    from stragglar_mpi._state import state_of
+    monkeypatch.setattr(_state, "EARLY_COMMS", 2)
+    n, rank = comm.Get_size(), comm.Get_rank()
+    c = comm.Dup()
+    try:
+        for it, late in enumerate(list(range(n)) * 2 + [0, 0, n - 1]):
+            for algo in ("stragglar", "direct"):
+                send = np.arange(7, dtype=np.float64) * (rank + 1) + it
+                recv = np.zeros_like(send)
+                Allreduce(c, send, recv, algorithm=algo, straggler=late)
+                assert np.array_equal(recv, sum(np.arange(7.0) * (r + 1) + it for r in range(n)))
+            comms = state_of(c).early_comms
+            assert list(comms)[-1] == late and len(comms) <= 2
+            assert (comms[late] is None) == (rank == late)
+    finally:
+        c.Free()

@@ -6,8 +6,9 @@ order) for many n without starting MPI processes.
 import numpy as np
 import pytest
 
-from stragglar_mpi._plan import COPY, IN, OUT, RECV, REDUCE, SCRATCH, SEND, compile_plan
-from stragglar_mpi.schedule import PHASE1, build, chunk_bounds
+from stragglar_mpi._plan import (
+    COPY, IN, OUT, RECV, REDUCE, SCRATCH, SEND, compile_plan, compile_rounds)
+from stragglar_mpi.schedule import PHASE1, build, chunk_bounds, rank_view
 
 
 def ordered_sub(a, b):
@@ -15,7 +16,8 @@ def ordered_sub(a, b):
     return a - b
 
 
-def run_all(algorithm, n, count, in_place, commutative, straggler=None, combine=np.add):
+def run_all(algorithm, n, count, in_place, commutative, straggler=None, combine=np.add,
+            by_view=False):
     schedule = build(algorithm, n, straggler)
     inputs = [np.arange(count, dtype=np.float64) * (r + 1) + r for r in range(n)]
     bufs = []
@@ -23,7 +25,11 @@ def run_all(algorithm, n, count, in_place, commutative, straggler=None, combine=
     for rank in range(n):
         out = inputs[rank].copy() if in_place else np.full(count, np.nan)
         prepared = _phase1(schedule, rank, inputs, out, count)
-        plan = compile_plan(schedule, rank, count, 8, in_place, commutative, prepared)
+        if by_view:   # the library's path: this rank's slice only, relabelled for the straggler
+            chunks, rounds = rank_view(algorithm, n, straggler, rank)
+            plan = compile_rounds(rounds, chunks, rank, count, 8, in_place, commutative, prepared)
+        else:
+            plan = compile_plan(schedule, rank, count, 8, in_place, commutative, prepared)
         src = out if in_place else inputs[rank].copy()
         bufs.append([src.view(np.uint8), out.view(np.uint8),
                      np.zeros(max(plan.scratch_bytes, 1), np.uint8)])
@@ -107,3 +113,41 @@ def test_rhd_sends_one_message_per_peer_and_round():
     assert len(sends) == 6   # 3 halving + 3 doubling rounds, chunks coalesced
     assert {row[3] for row in plan.rows.tolist() if row[0] == RECV} <= {OUT, SCRATCH}
     assert IN in {row[3] for row in sends}
+
+
+@pytest.mark.parametrize("algorithm", ["stragglar", "ring", "rhd", "direct"])
+@pytest.mark.parametrize("n", [2, 5, 8, 13, 16, 32])
+def test_rank_plan_is_the_whole_schedules_plan(algorithm, n):
+    for straggler in sorted({0, n // 2, n - 1}):
+        whole = build(algorithm, n, straggler)
+        for rank in range(n):
+            prepared = _phase1(whole, rank, [np.zeros(9)] * n, np.zeros(9), 9)
+            chunks, rounds = rank_view(algorithm, n, straggler, rank)
+            mine = compile_rounds(rounds, chunks, rank, 9, 4, False, False, prepared)
+            ref = compile_plan(whole, rank, 9, 4, False, False, prepared)
+            assert np.array_equal(mine.rows, ref.rows), (straggler, rank)
+            assert (mine.scratch_bytes, mine.max_requests) == (ref.scratch_bytes, ref.max_requests)
+
+
+@pytest.mark.parametrize("n", [3, 4, 7, 8, 16])
+def test_plans_of_rank_views_compute_the_sum_for_any_straggler(n):
+    for straggler in range(n):
+        for algorithm, commutative, combine in (("stragglar", True, np.add),
+                                                ("stragglar", False, ordered_sub),
+                                                ("direct", True, np.add)):
+            outs, inputs = run_all(algorithm, n, 2 * n + 1, False, commutative, straggler,
+                                   combine, by_view=True)
+            for out in outs[1:]:
+                assert out.tobytes() == outs[0].tobytes()
+            if combine is np.add:
+                np.testing.assert_array_equal(outs[0], sum(inputs))
+
+
+def test_a_new_straggler_compiles_one_ranks_rounds_only():
+    from stragglar_mpi.schedule import stragglar
+    stragglar._canonical.cache_clear()
+    for straggler in (0, 100, 511):
+        chunks, rounds = rank_view("stragglar", 512, straggler, 7)
+        plan = compile_rounds(rounds, chunks, 7, 10_000, 4, False, True, frozenset([7 - (7 > straggler)]))
+        assert len(rounds) == 519 and plan.rows.shape[0] < 4 * 519
+    assert stragglar._canonical.cache_info().currsize == 0   # no whole schedule was built

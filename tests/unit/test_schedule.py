@@ -4,6 +4,7 @@ import math
 import re
 import time
 
+import numpy as np
 import pytest
 
 from stragglar_mpi.schedule import (
@@ -270,3 +271,78 @@ def test_rejects_missing_contribution_in_ring():
     _rejects(_edit(s, 0, drop=[s.rounds[0][0]]),
              r"round 4: rank 4 copies chunk 0 to rank 0 but does not hold it fully reduced "
              r"\(missing contributions of ranks \[0\]\)")
+
+
+# --- one rank's part, the field verifier -------------------------------------
+
+def _slice(schedule, rank):
+    return [sorted(t for t in rnd if rank in (t.src, t.dst)) for rnd in schedule.rounds]
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 4, 5, 8, 12, 16, 31, 32, 64, 100, 128])
+def test_rank_rounds_are_the_slice_of_the_whole_schedule(n):
+    from stragglar_mpi.schedule import rank_rounds
+    whole = synthesize(n)
+    for rank in range(n):
+        assert [sorted(rnd) for rnd in rank_rounds(n, rank)] == _slice(whole, rank)
+
+
+@pytest.mark.parametrize("algorithm", ["stragglar", "ring", "rhd", "direct"])
+@pytest.mark.parametrize("n", [2, 5, 8, 13, 16])
+def test_rank_view_is_the_slice_of_the_relabelled_schedule(algorithm, n):
+    from stragglar_mpi.schedule import rank_view
+    for straggler in sorted({0, n // 2, n - 1}):
+        whole = build(algorithm, n, straggler)
+        for rank in range(n):
+            chunks, rounds = rank_view(algorithm, n, straggler, rank)
+            assert chunks == whole.chunks
+            assert [sorted(rnd) for rnd in rounds] == _slice(whole, rank)
+
+
+def test_field_verifier_every_power_of_two_to_4096():
+    from stragglar_mpi.schedule.verify import verify_field
+    for L in range(2, 13):
+        assert verify_field(1 << L) == lower_bound_rounds(1 << L)
+
+
+def test_field_verifier_agrees_with_the_symbolic_one():
+    from stragglar_mpi.schedule.stragglar import field_round_arrays
+    for n in (4, 8, 16, 32):
+        copies = [sorted((t.src, t.dst, t.chunk) for t in rnd if not t.reduce)
+                  for rnd in verify(synthesize(n)).rounds]
+        assert [sorted(zip(*map(list, cols))) for cols in field_round_arrays(n)] == copies
+
+
+def _field_broken(n, r, edit):
+    from stragglar_mpi.schedule.stragglar import field_round_arrays
+    rounds = list(field_round_arrays(n))
+    rounds[r] = edit(*rounds[r])
+    return rounds
+
+
+@pytest.mark.parametrize("r,edit,message", [
+    (-1, lambda s, d, c: (s[1:], d[1:], c[1:]), "after the last round rank 6 lacks chunk 14"),
+    (6, lambda s, d, c: (s[1:], d[1:], c[1:]), "does not hold it"),
+    (6, lambda s, d, c: (np.r_[s[1], s[1:]], d, c), "sends more than once"),
+    (6, lambda s, d, c: (s, np.r_[d[1], d[1:]], c), "receives more than once"),
+])
+def test_field_verifier_rejects_broken_rounds(r, edit, message):
+    from stragglar_mpi.schedule.verify import check_stragglar_copies
+    with pytest.raises(ScheduleError, match=message):
+        check_stragglar_copies(16, _field_broken(16, r, edit))
+
+
+def test_field_verifier_rejects_a_copy_of_an_unheld_chunk():
+    from stragglar_mpi.schedule.verify import check_stragglar_copies
+    with pytest.raises(ScheduleError, match="does not hold it"):
+        check_stragglar_copies(8, _field_broken(8, 2, lambda s, d, c: (s, d, c + 1)))
+
+
+def test_verified_rounds_without_the_whole_schedule():
+    from stragglar_mpi.schedule import stragglar, verified_rounds
+    stragglar._canonical.cache_clear()
+    assert verified_rounds("stragglar", 4096, 17) == lower_bound_rounds(4096)
+    assert stragglar._canonical.cache_info().currsize == 0   # never built whole
+    assert verified_rounds("ring", 6) == 10
+    with pytest.raises(ScheduleError):
+        verified_rounds("stragglar", 8, 8)
