@@ -14,3 +14,9 @@ PERF = ROOT / "tests" / "perf"
 ])
 def test_perf_script_runs(script, args, expect):
     assert expect in run_script(2, PERF / script, *args)
+
+
+def test_bench_schedule_runs():
+    out = run_script(1, PERF / "bench_schedule.py", "--quick")
+    assert "peak bytes of one rank's plan n=64" in out
+    assert "rounds == n-2+ceil(log2 n) for 16 of 16 n" in out

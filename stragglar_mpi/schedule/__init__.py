@@ -38,10 +38,14 @@ def _verified_canonical(n: int) -> int:
     checked in the field form (NumPy columns), without Transfer objects."""
     if not isinstance(n, int) or n < 1:
         raise ScheduleError(f"n must be an int >= 1, got {n!r}")
-    if n > 2 and n & (n - 1) == 0:
+    if _is_field(n):
         from .verify import verify_field
         return verify_field(n)
     return len(verify(synthesize(n)).rounds)
+
+
+def _is_field(n: int) -> bool:
+    return n > 2 and n & (n - 1) == 0
 
 
 def verified_rounds(algorithm: str, n: int, straggler: int | None = None) -> int:
@@ -59,7 +63,8 @@ def rank_view(algorithm: str, n: int, straggler: int | None, rank: int):
 
     StragglAR is built for straggler n-1 and relabelled here, one rank at a time:
     canonical early label i is real rank i, or i+1 at and above the straggler.
-    No whole schedule is built for a power of two, and nothing is verified again.
+    For a power of two no whole schedule is built: O(rounds) time and memory.  Other
+    n slice the canonical schedule, built and verified once per n and process.
     """
     if algorithm != "stragglar":
         chunks, slices = _slices(algorithm, n, straggler)
@@ -67,7 +72,11 @@ def rank_view(algorithm: str, n: int, straggler: int | None, rank: int):
     straggler = n - 1 if straggler is None else straggler
     if not 0 <= straggler < n or not 0 <= rank < n:
         raise ScheduleError(f"straggler and rank must be in 0..{n - 1}, got {straggler}, {rank}")
-    _verified_canonical(n)
+    if not _is_field(n):
+        _verified_canonical(n)
+    # The field form is a proof (docs/SCHEDULES.md), verified for every power of two up
+    # to 4096 by the unit tests and for any n by `python -m stragglar_mpi.schedule verify`;
+    # verifying it again on every rank would cost O(n^2) (1.9 s at n=4096).
     m = n - 1
     label = m if rank == straggler else rank - (rank > straggler)
     rounds = rank_rounds(n, label)
