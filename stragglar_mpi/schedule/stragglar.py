@@ -63,20 +63,14 @@ def rank_rounds(n: int, label: int) -> list[tuple[Transfer, ...]]:
         raise ScheduleError(f"rank must be in 0..{n - 1}, got {label}")
     if n > 2 and n & (n - 1) == 0:
         return _field_rank_rounds(n, label)
-    return _by_label(n)[label]
+    return _slice(n, label)
 
 
-@functools.lru_cache(maxsize=4)
-def _by_label(n: int) -> tuple[tuple[tuple[Transfer, ...], ...], ...]:
-    """Every rank's slice of the canonical schedule (one pass over it)."""
-    rounds = _canonical(n).rounds
-    slices = [[[] for _ in rounds] for _ in range(n)]
-    for i, rnd in enumerate(rounds):
-        for t in rnd:
-            slices[t.src][i].append(t)
-            if t.dst != t.src:
-                slices[t.dst][i].append(t)
-    return tuple(tuple(map(tuple, per_rank)) for per_rank in slices)
+@functools.lru_cache(maxsize=8)
+def _slice(n: int, label: int) -> tuple[tuple[Transfer, ...], ...]:
+    """One rank's part of the cached canonical schedule.  A rank meets at most three
+    labels whatever the straggler (itself, the one below it, the straggler's)."""
+    return tuple(tuple(t for t in rnd if label in (t.src, t.dst)) for rnd in _canonical(n).rounds)
 
 
 def _exchange(rank: int, straggler: int, chunk: int) -> tuple[Transfer, Transfer]:

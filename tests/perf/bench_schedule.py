@@ -21,7 +21,7 @@ COUNT, EXTENT = 1 << 20, 4   # 4 MiB of float32 per call: the plan's size does n
 
 def _clear():
     import stragglar_mpi.schedule as sched
-    for cached in (stragglar._canonical, stragglar._by_label, stragglar._field_tables,
+    for cached in (stragglar._canonical, stragglar._slice, stragglar._field_tables,
                    stragglar._field_pattern, stragglar._powers_of_primitive,
                    sched._verified_canonical, sched.build):
         cached.cache_clear()
