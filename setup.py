@@ -5,7 +5,10 @@ The compiler wrapper is $MPICC when set (a cluster's own MPI), otherwise the
 wrapper for its flags and compile with the regular compiler, so the same code
 works with MPICH (`-show`) and Open MPI (`--showme`).  No rpath is kept: at run
 time libmpi is the one mpi4py has already loaded (we always import mpi4py first).
+MPI-4 calls are used only where mpi.h says MPI_VERSION >= 4 (cython_src/mpi_compat.h),
+so the same sources build against MPI-3.1 libraries (Open MPI 4.1 and 5, ...).
 """
+import hashlib
 import os
 import shlex
 import shutil
@@ -16,10 +19,10 @@ from setuptools import Extension, setup
 
 
 def find_mpicc():
-    cand = os.environ.get("MPICC") or shutil.which("mpicc")
-    if not cand:
-        local = os.path.join(os.path.dirname(sys.executable), "mpicc")
-        cand = local if os.path.exists(local) else None
+    # $MPICC, else the venv's own (the mpich wheel), and only then the first on PATH:
+    # a system MPI's /usr/bin/mpicc must not leak into a build for the embedded mpich.
+    local = os.path.join(os.path.dirname(sys.executable), "mpicc")
+    cand = os.environ.get("MPICC") or (local if os.path.exists(local) else shutil.which("mpicc"))
     if not cand:
         sys.exit("stragglar_mpi: no MPI compiler wrapper found; set MPICC or `pip install mpich`")
     return cand
@@ -41,13 +44,13 @@ def mpi_flags(mpicc):
     sys.exit(f"stragglar_mpi: cannot read flags from {mpicc} (-show / --showme)")
 
 
-def extensions():
+def extensions(flags):
     import mpi4py
     from Cython.Build import cythonize
 
-    flags = mpi_flags(find_mpicc())
-    flags["include_dirs"].insert(0, mpi4py.get_include())
-    exts = [Extension(f"stragglar_mpi.{name}", [f"cython_src/{name}.pyx"], **flags)
+    flags["include_dirs"][:0] = [mpi4py.get_include(), "cython_src"]   # cython_src: mpi_compat.h
+    exts = [Extension(f"stragglar_mpi.{name}", [f"cython_src/{name}.pyx"],
+                      depends=["cython_src/mpi_compat.h"], **flags)
             for name in ("_p2p", "_fast")]
     return cythonize(exts, compiler_directives={"language_level": 3}, quiet=True)
 
@@ -59,4 +62,17 @@ def dependencies():
     return deps
 
 
-setup(ext_modules=extensions(), install_requires=dependencies())
+def build_base(flags):
+    """build/mpi-<digest of mpi.h>: objects built for one MPI are never reused for another."""
+    for folder in flags["include_dirs"]:
+        try:
+            with open(os.path.join(folder, "mpi.h"), "rb") as header:
+                return os.path.join("build", "mpi-" + hashlib.sha1(header.read()).hexdigest()[:10])
+        except OSError:
+            continue
+    return "build"
+
+
+FLAGS = mpi_flags(find_mpicc())
+setup(options={"build": {"build_base": build_base(FLAGS)}},
+      ext_modules=extensions(FLAGS), install_requires=dependencies())

@@ -14,7 +14,10 @@ time on an oversubscribed node, which is why it is compiled.
 """
 from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_ANY_CONTIGUOUS, PyBUF_WRITABLE
 from mpi4py cimport MPI
-from mpi4py.libmpi cimport MPI_Allreduce_c, MPI_Count, MPI_IN_PLACE, MPI_SUCCESS, MPI_Wtime
+from mpi4py.libmpi cimport MPI_Comm, MPI_Count, MPI_Datatype, MPI_IN_PLACE, MPI_Op, MPI_SUCCESS, MPI_Wtime
+
+cdef extern from "mpi_compat.h" nogil:
+    int smpi_allreduce(const void *, void *, MPI_Count, MPI_Datatype, MPI_Op, MPI_Comm)
 
 from mpi4py import MPI as _MPI
 
@@ -123,7 +126,7 @@ cdef class Repeat:
         cdef MPI.Op mpi_op = self.op
         try:
             with nogil:
-                ierr = MPI_Allreduce_c(send_address, rview.buf, count, datatype.ob_mpi, mpi_op.ob_mpi,
+                ierr = smpi_allreduce(send_address, rview.buf, count, datatype.ob_mpi, mpi_op.ob_mpi,
                                        comm.ob_mpi)
         finally:
             PyBuffer_Release(&rview)

@@ -3,14 +3,15 @@
 MPI calls, the GIL released, and a test-and-yield progress loop.
 
 Plan rows are int64: (kind, round, peer, buf, offset, count, buf2, offset2).
-Offsets are in bytes, counts in elements of the call's datatype.
+Offsets are in bytes, counts in elements of the call's datatype.  Counts are
+MPI_Count; mpi_compat.h makes the large-count calls work on MPI-3.1 libraries too.
 """
 from mpi4py cimport MPI
 from mpi4py.libmpi cimport (
     MPI_Comm, MPI_Datatype, MPI_Op, MPI_Request, MPI_Count, MPI_Aint,
     MPI_SUCCESS, MPI_REQUEST_NULL, MPI_STATUSES_IGNORE,
-    MPI_Isend_c, MPI_Irecv_c, MPI_Testall, MPI_Test, MPI_Cancel, MPI_Request_free, MPI_STATUS_IGNORE,
-    MPI_Reduce_local_c, MPI_Type_get_extent, MPI_BYTE, MPI_Wtime,
+    MPI_Testall, MPI_Test, MPI_Cancel, MPI_Request_free, MPI_STATUS_IGNORE,
+    MPI_Type_get_extent, MPI_BYTE, MPI_Wtime,
 )
 from libc.string cimport memcpy
 from libc.stdint cimport int32_t, int64_t, uintptr_t
@@ -18,6 +19,12 @@ from libc.stdlib cimport malloc, free
 
 cdef extern from "sched.h" nogil:
     int sched_yield()
+
+cdef extern from "mpi_compat.h" nogil:
+    enum: SMPI_LARGE_COUNT, SMPI_MPI_VERSION, SMPI_MPI_SUBVERSION
+    int smpi_isend(const void *, MPI_Count, MPI_Datatype, int, int, MPI_Comm, MPI_Request *)
+    int smpi_irecv(void *, MPI_Count, MPI_Datatype, int, int, MPI_Comm, MPI_Request *)
+    int smpi_reduce_local(const void *, void *, MPI_Count, MPI_Datatype, MPI_Op)
 
 from mpi4py import MPI as _MPI
 
@@ -82,7 +89,8 @@ cdef inline void _abandon(MPI_Request *reqs, int n) noexcept nogil:
 
 
 cdef void _combine(num_t *a, num_t *b, Py_ssize_t n, int op) noexcept nogil:
-    # b = a (op) b, elementwise, written as MPICH writes it so results match MPI_Reduce_local.
+    # b = a (op) b, elementwise, written as MPICH writes it so results match MPI_Reduce_local
+    # (bit for bit in MPICH; Open MPI's MAX/MIN of NaN and signed zeros differ, as MPI allows).
     cdef Py_ssize_t i
     if op == K_SUM:
         for i in range(n):
@@ -109,7 +117,7 @@ cdef int _reduce(char *a, char *b, int64_t n, int kernel, MPI_Datatype dtype, MP
     elif t == K_I64:
         _combine(<int64_t *>a, <int64_t *>b, n, o)
     else:
-        return MPI_Reduce_local_c(a, b, <MPI_Count>n, dtype, op)
+        return smpi_reduce_local(a, b, <MPI_Count>n, dtype, op)
     return MPI_SUCCESS
 
 
@@ -149,12 +157,12 @@ cdef int _run(const int64_t[:, ::1] plan, char **bufs, MPI_Comm comm,
             ierr = _settle(p)
         if ierr == MPI_SUCCESS and kind == RECV:
             p.peers[p.n] = <int>plan[i, 2]
-            ierr = MPI_Irecv_c(a, <MPI_Count>plan[i, 5], dtype, <int>plan[i, 2],
+            ierr = smpi_irecv(a, <MPI_Count>plan[i, 5], dtype, <int>plan[i, 2],
                                <int>(rnd % TAG_MOD), comm, &p.reqs[p.n])
             p.n += 1
         elif ierr == MPI_SUCCESS and kind == SEND:
             p.peers[p.n] = <int>plan[i, 2]
-            ierr = MPI_Isend_c(a, <MPI_Count>plan[i, 5], dtype, <int>plan[i, 2],
+            ierr = smpi_isend(a, <MPI_Count>plan[i, 5], dtype, <int>plan[i, 2],
                                <int>(rnd % TAG_MOD), comm, &p.reqs[p.n])
             p.n += 1
         elif ierr == MPI_SUCCESS and kind == REDUCE:
@@ -216,9 +224,9 @@ def ping(MPI.Comm comm, int peer, int nbytes, int tag=0):
     cdef MPI_Request reqs[2]
     cdef int ierr
     with nogil:
-        ierr = MPI_Irecv_c(rbuf, nbytes, MPI_BYTE, peer, tag, comm.ob_mpi, &reqs[0])
+        ierr = smpi_irecv(rbuf, nbytes, MPI_BYTE, peer, tag, comm.ob_mpi, &reqs[0])
         if ierr == MPI_SUCCESS:
-            ierr = MPI_Isend_c(sbuf, nbytes, MPI_BYTE, peer, tag, comm.ob_mpi, &reqs[1])
+            ierr = smpi_isend(sbuf, nbytes, MPI_BYTE, peer, tag, comm.ob_mpi, &reqs[1])
         if ierr == MPI_SUCCESS:
             ierr = _complete(reqs, 2, 0.0)
     if ierr != MPI_SUCCESS:
@@ -261,3 +269,9 @@ def kernel_id(MPI.Datatype dtype, MPI.Op op):
             t = K_I64
     o = _KERNEL_OPS.get(op.handle, 0)
     return 16 * t + o if t and o else 0
+
+
+def built_for():
+    """The MPI standard of the mpi.h this extension was compiled against, and whether
+    it has the MPI-4 large-count calls (else messages over INT_MAX use derived types)."""
+    return {"mpi_version": (SMPI_MPI_VERSION, SMPI_MPI_SUBVERSION), "large_count": bool(SMPI_LARGE_COUNT)}
