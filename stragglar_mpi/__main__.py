@@ -10,7 +10,7 @@ def info() -> dict:
     import mpi4py
     from mpi4py import MPI
 
-    from . import _args, _transport, __version__
+    from . import _args, _features, _transport, __version__
 
     lib = MPI.Get_library_version().strip().splitlines()
     return {
@@ -18,6 +18,7 @@ def info() -> dict:
         "mpi4py": mpi4py.__version__,
         "MPI library": lib[0] if lib else "unknown",
         "MPI standard": "%d.%d" % MPI.Get_version(),
+        "MPI features": _mpi_features(_features, _transport._p2p),
         "compiled transport": (f"loaded ({_transport._p2p.__file__})" if _transport._p2p
                                else f"not loaded ({_transport._IMPORT_ERROR})"),
         "transport in use": _transport.name(),
@@ -25,6 +26,17 @@ def info() -> dict:
                             else "not loaded: every call is checked in full"),
         **_cuda_info(),
     }
+
+
+def _mpi_features(features, p2p) -> str:
+    found = [f"large-count calls {'yes' if features.large_count() else 'no'}",
+             f"persistent collectives {'yes' if features.persistent_collectives() else 'no'}"]
+    if p2p is not None:
+        built = p2p.built_for()
+        found.append("compiled for MPI %d.%d (%s)" % (*built["mpi_version"], (
+            "large-count calls" if built["large_count"]
+            else "int counts; more than 2**31-1 elements as one derived datatype")))
+    return "; ".join(found)
 
 
 def _cuda_info() -> dict:

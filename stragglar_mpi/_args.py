@@ -44,7 +44,7 @@ def check(comm, sendbuf, recvbuf, op, straggler, algorithm, settings) -> Args:
     if name != "native":
         check_op(op, out.datatype)
     signature = (requested, str(policy), in_place, out.count, out.datatype.Get_size(),
-                 _type_name(out.datatype), op.handle if op.is_predefined else -1)
+                 _type_name(out.datatype), _op_name(op))
     return Args(n, policy, sendbuf, recvbuf, op, in_place, out, src, name, signature)
 
 
@@ -87,6 +87,16 @@ def check_op(op, datatype):
     a, b = bytearray(extent), bytearray(extent)
     op.Reduce_local([a, 1, datatype], [b, 1, datatype])
     _OP_ACCEPTS.add(key)
+
+
+# Handles are per-process addresses in Open MPI, so ranks compare predefined ops by name.
+_OP_NAMES = {getattr(MPI, n).handle: n for n in
+             ("MAX", "MIN", "SUM", "PROD", "LAND", "BAND", "LOR", "BOR", "LXOR", "BXOR",
+              "MAXLOC", "MINLOC", "REPLACE", "NO_OP")}
+
+
+def _op_name(op):
+    return _OP_NAMES.get(op.handle, "predefined") if op.is_predefined else "user-defined"
 
 
 def _type_name(datatype):
