@@ -3,7 +3,6 @@
 The examples run as a user would run them: ``mpiexec -n N python examples/X.py``
 against the installed package, with a timeout so a hang fails instead of blocking CI.
 """
-import os
 import shutil
 import subprocess
 import sys
@@ -11,16 +10,12 @@ from pathlib import Path
 
 import pytest
 
+import launcher
+
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
 SLURM = sorted((ROOT / "slurm").glob("*.sbatch"))
 TIMEOUT = 90
-
-
-def mpiexec():
-    """The mpiexec next to this Python (the venv's MPI), as tests/test_mpi.py finds it."""
-    local = Path(sys.executable).parent / "mpiexec"
-    return os.environ.get("SMPI_TEST_MPIEXEC") or (str(local) if local.exists() else shutil.which("mpiexec"))
 
 
 def run_example(n, script, *args, env=None):
@@ -29,13 +24,9 @@ def run_example(n, script, *args, env=None):
 
 def run_script(n, path, *args, env=None):
     """``mpiexec -n n python path args`` with a timeout; its output, or a failure."""
-    env = dict(os.environ, MPIR_CVAR_CH4_PROGRESS_THROTTLE="1", MPIEXEC_TIMEOUT=str(TIMEOUT),
-               PYTHONUNBUFFERED="1", **(env or {}))
-    env.pop("SMPI_TEST_IN_MPIEXEC", None)
-    cmd = [mpiexec(), "-n", str(n), sys.executable, str(path), *args]
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=TIMEOUT + 30)
-    out = proc.stdout + proc.stderr
-    assert proc.returncode == 0, f"{' '.join(cmd)} exited {proc.returncode}:\n{out[-8000:]}"
+    rc, out, cmd = launcher.run(n, [sys.executable, str(path), *args], TIMEOUT, env=env,
+                                unset=["SMPI_TEST_IN_MPIEXEC"])
+    assert rc == 0, f"{' '.join(cmd)} exited {rc}:\n{out[-8000:]}"
     return out
 
 

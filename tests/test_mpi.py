@@ -1,37 +1,34 @@
 """Launch the tests in mpi/ under ``mpiexec -n N`` for several world sizes and both transports.
 
-A hung run dies after MPIEXEC_TIMEOUT seconds (and the subprocess timeout behind
-it), so a deadlock fails the test instead of eating the CI budget.
+A hung run is killed after SMPI_TEST_TIMEOUT seconds (by the launcher, see
+launcher.py, and the subprocess timeout behind it), so a deadlock fails the test
+instead of eating the CI budget.  SMPI_TEST_SIZES / SMPI_TEST_TRANSPORTS
+(comma-separated) narrow the matrix.
 """
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+import launcher
+
 HERE = Path(__file__).resolve().parent
-SIZES = [1, 2, 3, 4, 5, 8]
+SIZES = [int(n) for n in os.environ.get("SMPI_TEST_SIZES", "1,2,3,4,5,8").split(",")]
+TRANSPORTS = os.environ.get("SMPI_TEST_TRANSPORTS", "cython,python").split(",")
 TIMEOUT = int(os.environ.get("SMPI_TEST_TIMEOUT", "300"))
 
 
-def mpiexec():
-    local = Path(sys.executable).parent / "mpiexec"
-    return os.environ.get("SMPI_TEST_MPIEXEC") or (str(local) if local.exists() else shutil.which("mpiexec"))
-
-
 def run_mpi(n, args, transport="cython", timeout=TIMEOUT):
-    env = dict(os.environ, SMPI_TEST_IN_MPIEXEC="1", STRAGGLAR_TRANSPORT=transport,
-               MPIEXEC_TIMEOUT=str(timeout), MPIR_CVAR_CH4_PROGRESS_THROTTLE="1",
-               PYTHONUNBUFFERED="1", NUMBA_ENABLE_CUDASIM="1", SMPI_TEST_INSTALLED="1")
-    cmd = [mpiexec(), "-n", str(n), sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-           "-x", *args]
-    proc = subprocess.run(cmd, cwd=HERE, env=env, capture_output=True, text=True, timeout=timeout + 60)
-    return proc.returncode, proc.stdout + proc.stderr
+    env = dict(SMPI_TEST_IN_MPIEXEC="1", STRAGGLAR_TRANSPORT=transport,
+               NUMBA_ENABLE_CUDASIM="1", SMPI_TEST_INSTALLED="1")
+    argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-x", *args]
+    rc, out, _ = launcher.run(n, argv, timeout, cwd=HERE, env=env)
+    return rc, out
 
 
-@pytest.mark.parametrize("transport", ["cython", "python"])
+@pytest.mark.parametrize("transport", TRANSPORTS)
 @pytest.mark.parametrize("n", SIZES)
 def test_mpi_suite(n, transport):
     rc, out = run_mpi(n, ["mpi"], transport)

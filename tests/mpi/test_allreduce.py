@@ -63,9 +63,23 @@ def bytes_equal_everywhere(comm, arr):
     return all(b == mine for b in comm.allgather(mine))
 
 
+def mpi_maps(code):
+    """Whether this MPI has a datatype for ``code`` (Open MPI 4.1 has none for float16)."""
+    try:
+        MPI.Datatype.fromcode(code)
+    except (KeyError, ValueError):
+        return False
+    return True
+
+
 @pytest.mark.parametrize("code,opname", CASES)
 def test_every_dtype_and_op(comm, code, opname):
     n = comm.Get_size()
+    if not mpi_maps(code):          # then we raise what mpi4py raises
+        send = contribution(comm.Get_rank(), n, n + 5, code, opname)
+        with pytest.raises(KeyError, match="cannot map"):
+            Allreduce(comm, send, np.zeros_like(send), getattr(MPI, opname), algorithm="stragglar")
+        return
     for count, algo in [(n + 5, "stragglar"), (2 * n + 1, ALGOS[(len(code) + len(opname)) % 4 + 1])]:
         send = contribution(comm.Get_rank(), n, count, code, opname)
         recv = np.zeros_like(send)

@@ -38,6 +38,10 @@ def operands(dtype, count, seed):
 @pytest.mark.skipif(not _cuda.simulated(), reason="kernel results are checked under the simulator")
 @pytest.mark.parametrize("dtype,opname", PAIRS, ids=[f"{d}-{o}" for d, o in PAIRS])
 def test_kernel_equals_reduce_local(dtype, opname):
+    try:
+        MPI.Datatype.fromcode(np.dtype(dtype).char)
+    except (KeyError, ValueError):
+        pytest.skip(f"this MPI has no datatype for {np.dtype(dtype)} (Open MPI 4.1: float16)")
     a, b = operands(dtype, 40, 1), operands(dtype, 40, 2)
     want = b.copy()
     getattr(MPI, opname).Reduce_local(a, want)

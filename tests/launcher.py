@@ -1,0 +1,58 @@
+"""How the tests start MPI jobs, with MPICH's or Open MPI's ``mpiexec``.
+
+The mpiexec is $SMPI_TEST_MPIEXEC, else the one next to this Python (the venv's
+``mpich`` wheel), else the first on PATH.  Its flavour (``mpiexec --version``) sets
+the flags: Open MPI runs more ranks than cores only with ``--oversubscribe``, as
+root only with ``OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1``, and
+kills a hung run after ``--timeout N``; MPICH's Hydra reads ``MPIEXEC_TIMEOUT``.
+"""
+import functools
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+
+def mpiexec() -> str:
+    local = Path(sys.executable).parent / "mpiexec"
+    found = os.environ.get("SMPI_TEST_MPIEXEC") or (str(local) if local.exists() else shutil.which("mpiexec"))
+    if not found:
+        raise RuntimeError("no mpiexec found: install the mpich wheel or set SMPI_TEST_MPIEXEC")
+    return found
+
+
+@functools.lru_cache(maxsize=None)
+def flavour(path: str) -> str:
+    """"openmpi" or "mpich" (Hydra: MPICH, Intel MPI, MVAPICH)."""
+    proc = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=60)
+    text = proc.stdout + proc.stderr
+    return "openmpi" if "Open MPI" in text or "OpenRTE" in text else "mpich"
+
+
+def command(n: int, argv, timeout: int) -> list:
+    """``mpiexec -n n argv...`` for this flavour; a run past ``timeout`` seconds is killed."""
+    exe = mpiexec()
+    if flavour(exe) == "openmpi":
+        # --bind-to none: several jobs share the cores; pinning every job's rank 0 to core 0 would not.
+        return [exe, "--oversubscribe", "--bind-to", "none", "--timeout", str(timeout), "-n", str(n), *argv]
+    return [exe, "-n", str(n), *argv]
+
+
+def environment(timeout: int, extra=None) -> dict:
+    """The caller's environment plus what a run on a small, shared machine needs."""
+    env = dict(os.environ, MPIEXEC_TIMEOUT=str(timeout), MPIR_CVAR_CH4_PROGRESS_THROTTLE="1",
+               PYTHONUNBUFFERED="1", **(extra or {}))
+    if flavour(mpiexec()) == "openmpi" and os.geteuid() == 0:
+        env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    return env
+
+
+def run(n: int, argv, timeout: int, cwd=None, env=None, unset=()):
+    """Run ``argv`` on ``n`` ranks: (return code, stdout + stderr, the command)."""
+    cmd = command(n, argv, timeout)
+    env = environment(timeout, env)
+    for name in unset:
+        env.pop(name, None)
+    proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout + 60)
+    return proc.returncode, proc.stdout + proc.stderr, cmd
