@@ -6,7 +6,7 @@ from functools import lru_cache
 import numpy as np
 from mpi4py import MPI
 
-from . import _config, _device, _transport
+from . import _config, _device, _features, _transport
 from ._args import check, keep, run_native
 from ._errors import Pending, StragglerTimeout
 from ._plan import compile_rounds
@@ -81,12 +81,22 @@ def _run(comm, state, args, settings, t_call, deadline):
 
 
 def _native(comm, state, args, deadline):
+    for sendbuf, recvbuf in _native_pieces(args):
+        if not deadline:
+            MPI.Intracomm.Allreduce(comm, sendbuf, recvbuf, args.op)
+            continue
+        request = MPI.Intracomm.Iallreduce(state.private, sendbuf, recvbuf, args.op)
+        _wait(state, request, deadline, "the native AllReduce")
+
+
+def _native_pieces(args):
+    """The call's buffers, or on MPI-3.1 above INT_MAX elements pieces that it accepts."""
     sendbuf = MPI.IN_PLACE if args.in_place else args.sendbuf
-    if not deadline:
-        MPI.Intracomm.Allreduce(comm, sendbuf, args.recvbuf, args.op)
-        return
-    request = MPI.Intracomm.Iallreduce(state.private, sendbuf, args.recvbuf, args.op)
-    _wait(state, request, deadline, "the native AllReduce")
+    cuts = _features.pieces(args.out.count)
+    if len(cuts) == 1:
+        return [(sendbuf, args.recvbuf)]
+    return [(sendbuf if args.in_place else _region(args.src, start, length), _region(args.out, start, length))
+            for start, length in cuts]
 
 
 def _wait(state, request, deadline, phase):
@@ -269,6 +279,10 @@ def _run_schedule(state, name, straggler, args, transport, deadline):
     return t_p1, first
 
 
+def _bytes(msg, offset, count):
+    return np.frombuffer(MPI.buffer.fromaddress(msg.address + offset * msg.extent, count * msg.extent), np.uint8)
+
+
 def _region(msg, offset, count):
     """A [buffer, count, datatype] spec of ``count`` elements at element ``offset``."""
     extent = msg.extent
@@ -289,6 +303,10 @@ class _Phase1:
 def _phase1(sub, kind, bounds, args, scratch):
     """ReduceScatter (or AllReduce for "direct") among the early ranks, started."""
     src, out, op, count = args.src, args.out, args.op, args.out.count
+    if sub.Get_size() == 1:     # one early rank (n = 2): its own data, at any count on any MPI
+        if not args.in_place:
+            _bytes(out, 0, count)[:] = _bytes(src, 0, count)
+        return _Phase1(MPI.REQUEST_NULL)
     if kind == "allreduce":
         send = MPI.IN_PLACE if args.in_place else _region(src, 0, count)
         return _Phase1(sub.Iallreduce(send, _region(out, 0, count), op))

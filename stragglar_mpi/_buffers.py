@@ -4,7 +4,8 @@ mpi4py validates first (``Allreduce_init`` on COMM_SELF goes through exactly the
 message parsing of ``Allreduce`` and moves no data), so every mistake raises the
 exception type and message that mpi4py gives.  Then we take the address, count
 and datatype for ourselves.  On an MPI-3.1 library (no ``MPI_Allreduce_init``)
-mpi4py parses the same way and then raises NotImplementedError, which passes.
+mpi4py parses the same way and then raises NotImplementedError (or, above INT_MAX
+elements, MPI_ERR_ARG: its int-count fallback), which passes.
 """
 from __future__ import annotations
 
@@ -38,10 +39,14 @@ def validate(sendbuf, recvbuf, op) -> None:
     sendbuf = MPI.IN_PLACE if is_in_place(sendbuf) else sendbuf
     try:
         MPI.COMM_SELF.Allreduce_init(sendbuf, recvbuf, op).Free()
-    except NotImplementedError:
+    except (NotImplementedError, MPI.Exception) as exc:
         # Raised only after mpi4py's message parsing accepted the arguments.
-        if persistent_collectives():
+        if persistent_collectives() or not _missing_call(exc):
             raise
+
+
+def _missing_call(exc) -> bool:
+    return isinstance(exc, NotImplementedError) or exc.Get_error_class() == MPI.ERR_ARG
 
 
 def resolve(spec, readonly: bool) -> Message:

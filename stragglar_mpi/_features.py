@@ -11,9 +11,36 @@ from functools import lru_cache
 from mpi4py import MPI
 
 
+# Without large-count calls, mpi4py refuses more elements than this in one call (MPI_ERR_ARG).
+INT_MAX = 2**31 - 1
+PIECE = 2**30     # what the library sends or reduces at a time above INT_MAX (mpi_compat.h too)
+
+
+@lru_cache(maxsize=None)
 def large_count() -> bool:
     """The MPI-4 large-count calls (``MPI_Isend_c`` ...)."""
     return MPI.Get_version() >= (4, 0)
+
+
+def pieces(count):
+    """(offset, count) pieces of ``count`` elements that every MPI call accepts."""
+    if count <= INT_MAX or large_count():
+        return [(0, count)]
+    return [(start, min(PIECE, count - start)) for start in range(0, count, PIECE)]
+
+
+def big_type(count, datatype):
+    """``count`` elements of ``datatype`` as one element of a committed derived type
+    (PIECE-element blocks, then the rest), for messages above INT_MAX; the caller frees it."""
+    q, r = divmod(count, PIECE)
+    piece = datatype.Create_contiguous(PIECE)
+    blocks = piece.Create_contiguous(q)
+    extent = datatype.Get_extent()[1]
+    parts = ([1, r], [0, q * PIECE * extent], [blocks, datatype]) if r else ([1], [0], [blocks])
+    big = MPI.Datatype.Create_struct(*parts).Commit()
+    piece.Free()
+    blocks.Free()
+    return big
 
 
 @lru_cache(maxsize=None)

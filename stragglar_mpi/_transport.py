@@ -10,7 +10,7 @@ import warnings
 
 from mpi4py import MPI
 
-from . import _config
+from . import _config, _features
 from ._errors import Pending
 from ._plan import COPY, RECV, REDUCE, SEND
 
@@ -62,17 +62,33 @@ def _execute_python(plan, addresses, comm, datatype, op, deadline):
             # A round starts, and local work begins, only when this rank's messages are done.
             first, current = _complete(posted, first, deadline), rnd
         spec = [MPI.buffer.fromaddress(addresses[buf] + off, count * extent), count, datatype]
-        if kind == RECV:
-            posted.append((comm.Irecv(spec, peer, rnd % 32768), peer))
-        elif kind == SEND:
-            posted.append((comm.Isend(spec, peer, rnd % 32768), peer))
-        else:
-            dst = [MPI.buffer.fromaddress(addresses[buf2] + off2, count * extent), count, datatype]
-            if kind == REDUCE:
-                op.Reduce_local(spec, dst)
-            elif kind == COPY:
-                dst[0][:] = spec[0]
+        if kind in (RECV, SEND):
+            posted.append((_post(comm, kind, spec, peer, rnd % 32768), peer))
+        elif kind == REDUCE:
+            for start, length in _features.pieces(count):
+                op.Reduce_local(_part(addresses[buf] + off, start, length, datatype, extent),
+                                _part(addresses[buf2] + off2, start, length, datatype, extent))
+        elif kind == COPY:
+            MPI.buffer.fromaddress(addresses[buf2] + off2, count * extent)[:] = spec[0]
     return _complete(posted, first, deadline)
+
+
+def _post(comm, kind, spec, peer, tag):
+    """Isend or Irecv; above INT_MAX elements on MPI-3.1, as one element of a derived
+    type (the same element count and basic type at both ends, so they match)."""
+    big = None
+    if spec[1] > _features.INT_MAX and not _features.large_count():
+        big = _features.big_type(spec[1], spec[2])
+        spec = [spec[0], 1, big]
+    try:
+        return (comm.Irecv if kind == RECV else comm.Isend)(spec, peer, tag)
+    finally:
+        if big is not None:
+            big.Free()      # a pending request keeps what it needs
+
+
+def _part(address, start, length, datatype, extent):
+    return [MPI.buffer.fromaddress(address + start * extent, length * extent), length, datatype]
 
 
 def _complete(posted, first, deadline):
