@@ -48,7 +48,7 @@ def extensions():
     flags = mpi_flags(find_mpicc())
     flags["include_dirs"].insert(0, mpi4py.get_include())
     exts = [Extension(f"stragglar_mpi.{name}", [f"cython_src/{name}.pyx"], **flags)
-            for name in ("_p2p", "_fast")]
+            for name in ("_p2p", "_bind")]
     return cythonize(exts, compiler_directives={"language_level": 3}, quiet=True)
 
 
