@@ -53,6 +53,7 @@ def check(comm, sendbuf, recvbuf, op, straggler, algorithm, settings) -> Args:
     in_place, src, out = messages(sendbuf, recvbuf, op)
     name = decide(requested, n, out, op, settings)
     if name != "native":
+        src, out = bytes_as_unsigned_char(src, out, op, in_place)
         check_op(op, out.datatype)
     signature = (requested, str(policy), in_place, out.count, out.datatype.Get_size(),
                  _type_name(out.datatype), op.handle if op.is_predefined else -1)
@@ -87,6 +88,18 @@ def decide(name, n, out, op, settings=None):
     return name
 
 
+def bytes_as_unsigned_char(src, out, op, in_place):
+    """A buffer whose format is "B" (uint8, bytearray) is MPI.BYTE to mpi4py, and MPI's
+    AllReduce reduces it as unsigned chars with any op, while MPI_Reduce_local accepts
+    only the bitwise ones on MPI.BYTE: our own reductions take it as MPI.UNSIGNED_CHAR."""
+    if out.datatype.handle != MPI.BYTE.handle or op.handle in _BYTE_OPS:
+        return src, out
+    as_uchar = [Message(m.buf, m.obj, m.address, m.count, MPI.UNSIGNED_CHAR, m.extent)
+                for m in (src, out)]
+    return (as_uchar[1] if in_place else as_uchar[0]), as_uchar[1]
+
+
+_BYTE_OPS = {MPI.BAND.handle, MPI.BOR.handle, MPI.BXOR.handle}
 _OP_ACCEPTS = set()
 
 

@@ -36,9 +36,10 @@ def _error(name, raw, accepted):
     return ValueError(f"stragglar_mpi: {name}={raw!r} is not accepted; expected {accepted}")
 
 
-def _number(name, raw, accepted):
+def _number(name, raw, accepted, text=None):
+    """A finite float from ``text`` (default ``raw``); errors quote all of ``raw``."""
     try:
-        value = float(raw)
+        value = float(raw if text is None else text)
     except ValueError:
         raise _error(name, raw, accepted) from None
     if not math.isfinite(value):
@@ -79,7 +80,7 @@ def _model(name, raw):
     parts = raw.split(",")
     if len(parts) != 3:
         raise _error(name, raw, accepted)
-    alpha, bandwidth, margin = (_number(name, p, accepted) for p in parts)
+    alpha, bandwidth, margin = (_number(name, raw, accepted, p) for p in parts)
     if alpha < 0 or bandwidth <= 0 or margin <= 0:
         raise _error(name, raw, accepted)
     return alpha, bandwidth, margin
