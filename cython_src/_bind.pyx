@@ -234,7 +234,7 @@ cdef class Binding:
     cdef unsigned long used
 
     cdef bint matches(self, Form *send, Form *recv, object op, object straggler, object algorithm):
-        if op is not self.op or self.epoch != _epoch:
+        if op is not self.op or self.epoch != _epoch or (<MPI.Op>op).ob_mpi != self.mpi_op:
             return False
         if straggler is not self.straggler and not (type(straggler) is type(self.straggler)
                                                     and straggler == self.straggler):
@@ -388,8 +388,8 @@ cdef void _keep(object comm, object args, Form *send, Form *recv, object op, obj
                 object algorithm) except *:
     """A binding of a checked call (``args`` holds its messages, ``send``/``recv`` its key)."""
     state = _state(comm)
-    if state is None or state.broken:
-        return
+    if state is None or state.broken or not args.out.datatype.is_predefined:
+        return     # a derived datatype's handle may be freed and reused: checked every call
     cdef Binding b = Binding.__new__(Binding)
     b.send, b.recv = send[0], recv[0]
     b.code_send = None if send.code == NULL else <object>send.code   # keeps the strings alive
