@@ -26,7 +26,6 @@ from cpython.buffer cimport (PyObject_GetBuffer, PyBuffer_Release, PyBUF_ANY_CON
                              PyBUF_FORMAT, PyBUF_WRITABLE)
 from cpython.list cimport PyList_GET_SIZE, PyList_GET_ITEM
 from cpython.object cimport PyObject
-from cpython.ref cimport Py_INCREF
 from cpython.tuple cimport PyTuple_GET_SIZE, PyTuple_GET_ITEM
 from libc.string cimport memcpy, strcmp, strlen
 from mpi4py cimport MPI

@@ -52,9 +52,11 @@ def check(comm, sendbuf, recvbuf, op, straggler, algorithm, settings) -> Args:
     policy = check_straggler(straggler, n)
     in_place, src, out = messages(sendbuf, recvbuf, op)
     name = decide(requested, n, out, op, settings)
+    reducible = bytes_as_unsigned_char(src, out, op, in_place)
+    if out.datatype.is_predefined:     # the same error, whichever path runs (host or device)
+        check_op(op, reducible[1].datatype)
     if name != "native":
-        src, out = bytes_as_unsigned_char(src, out, op, in_place)
-        check_op(op, out.datatype)
+        src, out = reducible
     signature = (requested, str(policy), in_place, out.count, out.datatype.Get_size(),
                  _type_name(out.datatype), op.handle if op.is_predefined else -1)
     return Args(n, policy, sendbuf, recvbuf, op, in_place, out, src, name, signature,
