@@ -2,8 +2,9 @@
 
 The rules are those of mpi4py's message parsing (``message_simple`` and
 ``for_allreduce`` in its msgbuffer.pxi), followed here step by step so that a bad
-spec raises the exception type and message that ``comm.Allreduce`` raises, and
-nothing in MPI is called (no ``Allreduce_init``: this works on MPI-3.1 too):
+spec raises the exception type and message that ``comm.Allreduce`` raises (a
+read-only receive buffer: the same ``BufferError``, in our words), and nothing in
+MPI is called (no ``Allreduce_init``: this works on MPI-3.1 too):
 
 - a spec is a buffer (buffer protocol, DLPack or CUDA array interface), or a list
   or tuple ``[buf, datatype]``, ``[buf, count]``, ``[buf, count, datatype]``,

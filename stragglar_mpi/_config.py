@@ -128,7 +128,7 @@ KNOBS = (
     Knob("STRAGGLAR_VALIDATE", "validate", "0", _flag,
          "`1`: compare every call's arguments across ranks"),
     Knob("STRAGGLAR_REPORT", "report", "0", _flag,
-         "`1`: rank 0 prints the straggler report of `COMM_WORLD` at exit"),
+         "`1`: rank 0 prints the straggler report of every communicator at exit"),
     Knob("STRAGGLAR_CUDA_AWARE", "cuda_aware", "", _detected_or_flag,
          "`0`/`1`: override the detection of a CUDA-aware MPI (unset: detected)"),
     Knob("STRAGGLAR_CUDA_PIECE_BYTES", "cuda_piece_bytes", "4194304", _bytes(1),
