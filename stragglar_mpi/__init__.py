@@ -12,6 +12,8 @@ from mpi4py import MPI  # noqa: F401
 
 from ._allreduce import Allreduce, stats
 from ._comm import Comm
+from ._config import configure
+from ._report import report
 from ._errors import StragglerTimeout
 from ._version import __version__
 from .schedule import Schedule, ScheduleError, synthesize, verify
@@ -20,6 +22,8 @@ __all__ = [
     "Allreduce",
     "Comm",
     "stats",
+    "configure",
+    "report",
     "StragglerTimeout",
     "Schedule",
     "ScheduleError",

@@ -10,7 +10,7 @@ def info() -> dict:
     import mpi4py
     from mpi4py import MPI
 
-    from . import _args, _features, _transport, __version__
+    from . import _allreduce, _features, _transport, __version__
 
     lib = MPI.Get_library_version().strip().splitlines()
     return {
@@ -22,8 +22,8 @@ def info() -> dict:
         "compiled transport": (f"loaded ({_transport._p2p.__file__})" if _transport._p2p
                                else f"not loaded ({_transport._IMPORT_ERROR})"),
         "transport in use": _transport.name(),
-        "compiled repeat": (f"loaded ({_args._fast.__file__})" if _args._fast
-                            else "not loaded: every call is checked in full"),
+        "compiled entry": (f"loaded ({_allreduce._bind.__file__})" if _allreduce._bind
+                           else "not loaded: every call is checked in full"),
         **_cuda_info(),
     }
 

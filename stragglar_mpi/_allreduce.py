@@ -1,17 +1,20 @@
 """``Allreduce``: check, pick an algorithm, run phase 1 and the per-rank plan."""
 from __future__ import annotations
 
+from collections import Counter
 from functools import lru_cache
 
 import numpy as np
 from mpi4py import MPI
 
 from . import _config, _device, _features, _transport
-from ._args import check, keep, run_native
+from ._args import check
+from ._buffers import Message
 from ._errors import Pending, StragglerTimeout
 from ._plan import compile_rounds
 from ._policy import SAMPLE_FIRST, SAMPLE_MAX, auto_algorithm, predict_straggler
-from ._state import peek, state_of
+from ._report import log_of
+from ._state import KEYVAL, peek, state_of
 from .schedule import PHASE1, chunk_bounds, rank_view
 
 _ORDERED_FLOAT_OPS = {MPI.MAX.handle, MPI.MIN.handle}
@@ -33,20 +36,33 @@ def Allreduce(comm, sendbuf, recvbuf, op=MPI.SUM, *, straggler=None, algorithm=N
     ``StragglerTimeout`` on every waiting rank; with STRAGGLAR_VALIDATE=1 every
     rank checks that all ranks passed the same arguments.
     """
-    if run_native(comm, sendbuf, recvbuf, op, straggler, algorithm):
-        return
+    _call(comm, sendbuf, recvbuf, op, straggler, algorithm)
+
+
+def _call(comm, sendbuf, recvbuf, op, straggler, algorithm):
+    """A call checked in full (a miss of the compiled entry); returns its Args when a
+    repeat of it may reuse them, else None."""
     t_call = MPI.Wtime()
     settings = _config.current()
     deadline = t_call + settings.timeout if settings.timeout else 0.0
-    state = peek(comm)
-    args = None
-    if state is not None and state.repeat is not None and not settings.validate:
-        args = state.repeat.match(sendbuf, recvbuf, op, straggler, algorithm)
-    if args is None:
-        if _device.is_device_call(sendbuf, recvbuf):
-            return _device.allreduce(comm, sendbuf, recvbuf, op, straggler=straggler, algorithm=algorithm)
-        args = _checked(comm, sendbuf, recvbuf, op, straggler, algorithm, settings, deadline)
-        state = state_of(comm)
+    if _device.is_device_call(sendbuf, recvbuf):
+        _device.allreduce(comm, sendbuf, recvbuf, op, straggler=straggler, algorithm=algorithm)
+        return None
+    checked = lambda: check(comm, sendbuf, recvbuf, op, straggler, algorithm, settings)  # noqa: E731
+    args = _same_everywhere(comm, checked, deadline) if settings.validate else checked()
+    _run_checked(comm, state_of(comm), args, settings, t_call, deadline)
+    return None if settings.validate else args
+
+
+def _run_bound(comm, state, args):
+    """A repeat whose decision is not a native call from C (the compiled entry bound it)."""
+    t_call = MPI.Wtime()
+    settings = _config.current()
+    deadline = t_call + settings.timeout if settings.timeout else 0.0
+    _run_checked(comm, state, args, settings, t_call, deadline)
+
+
+def _run_checked(comm, state, args, settings, t_call, deadline):
     if state.broken:
         raise RuntimeError(f"stragglar_mpi: this communicator is unusable after: {state.broken}")
     try:
@@ -55,29 +71,25 @@ def Allreduce(comm, sendbuf, recvbuf, op=MPI.SUM, *, straggler=None, algorithm=N
         raise _timed_out(state, "phase 2 (the round schedule)", settings.timeout, exc.peers) from None
 
 
-def _checked(comm, sendbuf, recvbuf, op, straggler, algorithm, settings, deadline):
-    """Check every argument (on every rank alike with STRAGGLAR_VALIDATE); keep the
-    result for a call that repeats these arguments."""
-    checked = lambda: check(comm, sendbuf, recvbuf, op, straggler, algorithm, settings)  # noqa: E731
-    if settings.validate:
-        return _same_everywhere(comm, checked, deadline)
-    args = checked()
-    state_of(comm).repeat = keep(args, straggler, algorithm, settings)
-    return args
-
-
 def _run(comm, state, args, settings, t_call, deadline):
-    name, straggler = args.name, None
+    name, straggler, seq = args.name, None, state.tracked_seq
     if name != "native" or deadline:
         name, straggler = _roles(state, name, args.policy, args.out.count * args.out.extent,
                                  args.n, tracked=bool(deadline), deadline=deadline)
     if name == "native":
         _native(comm, state, args, deadline)
-        _record(state, name, None, args.policy, t_call, t_call, None, MPI.Wtime(), None)
-        return
-    transport = _transport.name(settings)
-    t_p1, first = _run_schedule(state, name, straggler, args, transport, deadline)
-    _record(state, name, straggler, args.policy, t_call, t_p1, first, MPI.Wtime(), transport)
+        t_end = MPI.Wtime()
+        _record(state, name, None, args.policy, t_call, t_call, None, t_end, None)
+        first, transport = None, None
+    else:
+        transport = _transport.name(settings)
+        t_p1, first = _run_schedule(state, name, straggler, args, transport, deadline)
+        t_end = MPI.Wtime()
+        _record(state, name, straggler, args.policy, t_call, t_p1, first, t_end, transport)
+    if state.tracked_seq != seq:      # a tracked call: the straggler report keeps what ran
+        post = t_end - (first if first is not None else t_call)
+        log_of(state, args.n, comm.Get_name()).ran(state.tracked_seq, name, straggler,
+                                                   args.out.count * args.out.extent, post)
 
 
 def _native(comm, state, args, deadline):
@@ -113,6 +125,8 @@ def _timed_out(state, phase, timeout, peers):
     message = (f"stragglar_mpi: Allreduce timed out after {limit:g} s in {phase}: {who}. "
                "This communicator's library state is now unusable; abort the job (comm.Abort()).")
     state.broken = message
+    if state.bindings is not None:
+        state.bindings.clear()
     return StragglerTimeout(message, missing=missing, phase=phase, peers=peers)
 
 
@@ -187,6 +201,8 @@ def _roles(state, name, policy, nbytes, n, tracked=False, deadline=0.0):
     previous = arrivals.previous()
     if previous is not None:
         state.history.append(previous)
+        if state.log is not None:
+            state.log.arrived(arrivals.seq - 1, previous)
     try:
         if name == "auto":
             name = auto_algorithm(state.history, n, nbytes)
@@ -323,6 +339,8 @@ def _phase1(sub, kind, bounds, args, scratch):
 def _record(state, name, straggler, policy, t_call, t_p1, first, t_end, transport):
     state.calls[name] += 1
     state.last = (name, straggler, policy, t_call, t_p1, first, t_end, transport)
+    if state.bindings is not None:
+        state.bindings.last_was_hit = False
 
 
 def _last(name, straggler, policy, t_call, t_p1, first, t_end, transport):
@@ -340,6 +358,28 @@ def _last(name, straggler, policy, t_call, t_p1, first, t_end, transport):
 
 
 def stats(comm) -> dict:
-    """Per-communicator counters: ``calls`` (algorithm -> count) and ``last`` (the last call)."""
-    state = state_of(comm)
-    return {"calls": dict(state.calls), "last": _last(*state.last) if state.last else {}}
+    """Per-communicator counters: ``calls`` (algorithm -> count) and ``last`` (the last call).
+
+    Local: it reads what this rank recorded and never communicates (before the first
+    call on ``comm`` it is empty)."""
+    state = peek(comm)
+    if state is None:
+        return {"calls": {}, "last": {}}
+    calls, last, bindings = Counter(state.calls), state.last, state.bindings
+    if bindings is not None and bindings.native_calls:
+        calls["native"] += bindings.native_calls
+        if bindings.last_was_hit:
+            last = ("native", None, bindings.policy, bindings.t_call, bindings.t_call, None,
+                    bindings.t_end, None)
+    return {"calls": dict(calls), "last": _last(*last) if last else {}}
+
+
+try:
+    from . import _bind
+except ImportError:   # a source checkout without the build: every call is checked in full
+    _bind = None
+else:
+    _bind.init(KEYVAL, _call, _run_bound, Message)
+    _config.on_configure(_bind.set_epoch)
+    _bind.Allreduce.__doc__ = Allreduce.__doc__
+    Allreduce = _bind.Allreduce  # noqa: F811

@@ -1,8 +1,8 @@
-"""The arguments of one ``Allreduce`` call, checked; and the repeat of the last call's.
+"""The arguments of one ``Allreduce`` call, checked, and the decision they lead to.
 
-A training loop passes the same buffers with the same op every step.  ``keep``
-makes a compiled ``_fast.Repeat`` of what the checks of one call found; the next
-call that passes the same arguments again reuses it (see cython_src/_fast.pyx).
+``check`` runs on a miss of the compiled entry (cython_src/_bind.pyx), which keeps
+the resulting ``Args`` (``unbound``) and binds them to the memory of every call
+that repeats those arguments (``rebound``).
 """
 from __future__ import annotations
 
@@ -10,9 +10,8 @@ import numpy as np
 from mpi4py import MPI
 
 from . import _config
-from ._buffers import Message, is_in_place, resolve, validate
+from ._buffers import Message, messages
 from ._policy import POLICIES
-from ._state import KEYVAL
 
 _PAIR_TYPES = {getattr(MPI, n).handle for n in
                ("FLOAT_INT", "DOUBLE_INT", "LONG_INT", "SHORT_INT", "LONG_DOUBLE_INT", "TWOINT", "INT_INT")
@@ -20,15 +19,30 @@ _PAIR_TYPES = {getattr(MPI, n).handle for n in
 
 
 class Args:
-    """The checked arguments of one call."""
+    """The checked arguments of one call.  ``native_from_c``: a repeat of it is one
+    MPI_Allreduce from the compiled entry (native, untracked: no timeout)."""
 
     __slots__ = ("n", "policy", "sendbuf", "recvbuf", "op", "in_place", "out", "src", "name",
-                 "signature")
+                 "signature", "native_from_c")
 
-    def __init__(self, n, policy, sendbuf, recvbuf, op, in_place, out, src, name, signature):
+    def __init__(self, n, policy, sendbuf, recvbuf, op, in_place, out, src, name, signature,
+                 native_from_c=False):
         self.n, self.policy, self.op, self.in_place = n, policy, op, in_place
         self.sendbuf, self.recvbuf, self.out, self.src = sendbuf, recvbuf, out, src
-        self.name, self.signature = name, signature
+        self.name, self.signature, self.native_from_c = name, signature, native_from_c
+
+    def unbound(self):
+        """These arguments without the caller's objects (what a binding keeps)."""
+        out = _unbound(self.out)
+        return self.rebound(None, None, out, out if self.in_place else _unbound(self.src))
+
+    def rebound(self, sendbuf, recvbuf, out, src):
+        return Args(self.n, self.policy, sendbuf, recvbuf, self.op, self.in_place, out, src,
+                    self.name, self.signature, self.native_from_c)
+
+
+def _unbound(msg):
+    return Message(None, None, msg.address, msg.count, msg.datatype, msg.extent)
 
 
 def check(comm, sendbuf, recvbuf, op, straggler, algorithm, settings) -> Args:
@@ -36,16 +50,17 @@ def check(comm, sendbuf, recvbuf, op, straggler, algorithm, settings) -> Args:
     requested = _config.algorithm(algorithm, settings)
     n = comm.Get_size()
     policy = check_straggler(straggler, n)
-    validate(sendbuf, recvbuf, op)
-    in_place = is_in_place(sendbuf)
-    out = resolve(recvbuf, readonly=False)
-    src = out if in_place else resolve(sendbuf, readonly=True)
+    in_place, src, out = messages(sendbuf, recvbuf, op)
     name = decide(requested, n, out, op, settings)
+    reducible = bytes_as_unsigned_char(src, out, op, in_place)
+    if out.datatype.is_predefined:     # the same error, whichever path runs (host or device)
+        check_op(op, reducible[1].datatype)
     if name != "native":
-        check_op(op, out.datatype)
+        src, out = reducible
     signature = (requested, str(policy), in_place, out.count, out.datatype.Get_size(),
                  _type_name(out.datatype), _op_name(op))
-    return Args(n, policy, sendbuf, recvbuf, op, in_place, out, src, name, signature)
+    return Args(n, policy, sendbuf, recvbuf, op, in_place, out, src, name, signature,
+                name == "native" and settings.timeout is None)
 
 
 def check_straggler(straggler, n):
@@ -67,14 +82,26 @@ def check_straggler(straggler, n):
 def decide(name, n, out, op, settings=None):
     """The algorithm that will run; every rank reaches the same answer from the same arguments."""
     dt = out.datatype
-    if (n == 1 or out.count == 0 or not op.Is_commutative() or dt.handle in _PAIR_TYPES
-            or not dt.is_predefined or dt.Get_size() != dt.Get_extent()[1]):
+    if (n == 1 or out.count == 0 or out.address == 0 or not op.Is_commutative()
+            or dt.handle in _PAIR_TYPES or not dt.is_predefined or dt.Get_size() != dt.Get_extent()[1]):
         return "native"
     if name == "auto" and out.count * dt.Get_size() < (settings or _config.current()).auto_min_bytes:
         return "native"
     return name
 
 
+def bytes_as_unsigned_char(src, out, op, in_place):
+    """A buffer whose format is "B" (uint8, bytearray) is MPI.BYTE to mpi4py, and MPI's
+    AllReduce reduces it as unsigned chars with any op, while MPI_Reduce_local accepts
+    only the bitwise ones on MPI.BYTE: our own reductions take it as MPI.UNSIGNED_CHAR."""
+    if out.datatype.handle != MPI.BYTE.handle or op.handle in _BYTE_OPS:
+        return src, out
+    as_uchar = [Message(m.buf, m.obj, m.address, m.count, MPI.UNSIGNED_CHAR, m.extent)
+                for m in (src, out)]
+    return (as_uchar[1] if in_place else as_uchar[0]), as_uchar[1]
+
+
+_BYTE_OPS = {MPI.BAND.handle, MPI.BOR.handle, MPI.BXOR.handle}
 _OP_ACCEPTS = set()
 
 
@@ -104,37 +131,3 @@ def _type_name(datatype):
         return datatype.tocode()
     except Exception:
         return datatype.Get_name() or "derived"
-
-
-def keep(args, straggler, algorithm, settings):
-    """A compiled ``_fast.Repeat`` of a checked call whose buffers are NumPy arrays and
-    whose op is predefined; None for other calls (checked in full every time) or
-    without the extension."""
-    if (_fast is None or not isinstance(args.recvbuf, np.ndarray) or not args.op.is_predefined
-            or not (args.in_place or isinstance(args.sendbuf, np.ndarray))):
-        return None
-    kept = Args(args.n, args.policy, None, None, args.op, args.in_place,
-                _unbound(args.out), _unbound(args.src), args.name, args.signature)
-    native = args.name == "native" and settings.timeout is None
-    return _fast.Repeat(args, kept, straggler, algorithm, native)
-
-
-def _unbound(msg):
-    return Message(None, None, None, msg.count, msg.datatype, msg.extent)
-
-
-def _no_native_repeat(*args):
-    return False
-
-
-# The settings a repeat depends on, in the order _fast compares them.
-_REPEAT_SETTINGS = ("STRAGGLAR_ALGO", "STRAGGLAR_AUTO_MIN_BYTES", "STRAGGLAR_TIMEOUT", "STRAGGLAR_VALIDATE")
-try:
-    from . import _fast
-except ImportError:   # a source checkout without the build: every call is checked in full
-    _fast = None
-if _fast is not None and _config.RAW_ENVIRON is not None:
-    _fast.init(_config.RAW_ENVIRON, [k.encode() for k in _REPEAT_SETTINGS], KEYVAL, Args, Message)
-    run_native = _fast.run_native
-else:
-    _fast, run_native = None, _no_native_repeat

@@ -1,19 +1,29 @@
-"""Buffer specs, resolved the way mpi4py resolves them for ``Allreduce``.
+"""Buffer specs, resolved by mpi4py's rules for ``Allreduce``, with mpi4py's errors.
 
-mpi4py validates first (``Allreduce_init`` on COMM_SELF goes through exactly the
-message parsing of ``Allreduce`` and moves no data), so every mistake raises the
-exception type and message that mpi4py gives.  Then we take the address, count
-and datatype for ourselves.  On an MPI-3.1 library (no ``MPI_Allreduce_init``)
-mpi4py parses the same way and then raises NotImplementedError (or, above INT_MAX
-elements, MPI_ERR_ARG: its int-count fallback), which passes.
+The rules are those of mpi4py's message parsing (``message_simple`` and
+``for_allreduce`` in its msgbuffer.pxi), followed here step by step so that a bad
+spec raises the exception type and message that ``comm.Allreduce`` raises (a
+read-only receive buffer: the same ``BufferError``, in our words), and nothing in
+MPI is called (no ``Allreduce_init``: this works on MPI-3.1 too):
+
+- a spec is a buffer (buffer protocol, DLPack or CUDA array interface), or a list
+  or tuple ``[buf, datatype]``, ``[buf, count]``, ``[buf, count, datatype]``,
+  ``[buf, (count, displ), datatype]`` or ``[buf, count, displ, datatype]``; a
+  datatype is an ``MPI.Datatype`` or a typecode string;
+- ``None`` or ``MPI.BOTTOM`` as the buffer: address ``MPI_BOTTOM``, no bytes, a
+  datatype is required (``[None, MPI.INT]`` is a null, zero-size message);
+- without a count, the count is the buffer's length over the datatype's extent;
+- ``None`` or ``MPI.IN_PLACE`` as the send buffer: in place;
+- the send and receive datatypes (handles) and counts must agree.
 """
 from __future__ import annotations
 
+import operator
+import sys
+
 from mpi4py import MPI
 
-from ._features import persistent_collectives
-
-_STRIP = "<>=@!|"
+_BYTE_FORMAT = "B"
 
 
 class Message:
@@ -22,7 +32,7 @@ class Message:
     __slots__ = ("buf", "obj", "address", "count", "datatype", "extent")
 
     def __init__(self, buf, obj, address, count, datatype, extent=None):
-        self.buf = buf            # MPI.buffer; holds the export for the duration of the call
+        self.buf = buf            # MPI.buffer (or None at MPI_BOTTOM); holds the export for the call
         self.obj = obj            # what the caller passed (device detection looks at it)
         self.address, self.count, self.datatype = address, count, datatype
         self.extent = datatype.Get_extent()[1] if extent is None else extent
@@ -32,74 +42,170 @@ def is_in_place(sendbuf) -> bool:
     return sendbuf is None or sendbuf is MPI.IN_PLACE
 
 
-def validate(sendbuf, recvbuf, op) -> None:
-    """Raise what ``comm.Allreduce(sendbuf, recvbuf, op)`` raises for a bad spec."""
+def check_op_type(op):
     if not isinstance(op, MPI.Op):
         raise TypeError(f"Argument 'op' has incorrect type (expected mpi4py.MPI.Op, got {type(op).__name__})")
-    sendbuf = MPI.IN_PLACE if is_in_place(sendbuf) else sendbuf
-    try:
-        MPI.COMM_SELF.Allreduce_init(sendbuf, recvbuf, op).Free()
-    except (NotImplementedError, MPI.Exception) as exc:
-        # Raised only after mpi4py's message parsing accepted the arguments.
-        if persistent_collectives() or not _missing_call(exc):
-            raise
 
 
-def _missing_call(exc) -> bool:
-    return isinstance(exc, NotImplementedError) or exc.Get_error_class() == MPI.ERR_ARG
+def messages(sendbuf, recvbuf, op):
+    """(in_place, send Message, receive Message) of ``comm.Allreduce(sendbuf, recvbuf, op)``;
+    raises what mpi4py raises for a bad spec.  In place, the send Message is the receive one."""
+    check_op_type(op)
+    out = resolve(recvbuf, readonly=False)
+    if is_in_place(sendbuf):
+        return True, out, out
+    src = resolve(sendbuf, readonly=True)
+    if src.datatype.handle != out.datatype.handle:
+        raise ValueError("mismatch in send and receive MPI datatypes")
+    if src.count != out.count:
+        raise ValueError(f"mismatch in send count {src.count} and receive count {out.count}")
+    return False, src, out
+
+
+def validate(sendbuf, recvbuf, op) -> None:
+    """Raise what ``comm.Allreduce(sendbuf, recvbuf, op)`` raises for a bad spec."""
+    messages(sendbuf, recvbuf, op)
 
 
 def resolve(spec, readonly: bool) -> Message:
-    """(address, count, datatype) of a buffer spec already accepted by ``validate``."""
-    obj, count, displ, datatype = _split(spec)
-    buf = MPI.buffer(obj) if readonly else _writable(obj)
-    datatype = _datatype(obj, buf, datatype)
-    extent = datatype.Get_extent()[1]
-    if count is None:
-        count = (buf.nbytes // extent) - displ if extent else 0
-    return Message(buf, obj, buf.address + displ * extent, count, datatype, extent)
+    """The Message of one buffer spec (mpi4py's ``message_simple``)."""
+    obj, o_count, o_displ, o_type = split(spec)
+    if obj is None or obj is MPI.BOTTOM:
+        buf, address, length = None, 0, 0          # MPI_BOTTOM
+        datatype = _as_datatype(o_type)
+    else:
+        buf = _export(obj, readonly)
+        address, length = buf.address, buf.nbytes
+        datatype = _as_datatype(o_type) if o_type is not None else _format_datatype(obj)
+    displ, extent = 0, None
+    if o_displ is not None:
+        displ = operator.index(o_displ)
+        if displ < 0:
+            raise ValueError(f"message: negative displacement {displ}")
+        if displ > 0:
+            lb, extent = _extent(datatype, "handle displacement")
+            if displ * extent > length:
+                raise ValueError(f"message: displacement {displ} out of bounds, "
+                                 f"number of datatype entries {length // extent}")
+            address, length = address + displ * extent, length - displ * extent
+    count = _count(o_count, obj, length, datatype, extent)
+    if extent is None:
+        extent = datatype.Get_extent()[1] if datatype != MPI.DATATYPE_NULL else 0
+    return Message(buf, obj, address, count, datatype, extent)
 
 
-def _writable(obj):
+def split(spec):
+    """(buffer, count, displacement, datatype) of a spec, each None when not given."""
+    if not isinstance(spec, (list, tuple)):
+        if not _is_buffer_like(spec):
+            raise TypeError("message: expecting buffer or list/tuple")
+        return spec, None, None, None
+    o_count = o_displ = o_type = None
+    if len(spec) == 2:
+        obj, o_count = spec
+        if isinstance(o_count, (MPI.Datatype, str)):
+            o_count, o_type = None, o_count
+        elif isinstance(o_count, (list, tuple)):
+            o_count, o_displ = o_count
+    elif len(spec) == 3:
+        obj, o_count, o_type = spec
+        if isinstance(o_count, (list, tuple)):
+            o_count, o_displ = o_count
+    elif len(spec) == 4:
+        obj, o_count, o_displ, o_type = spec
+    else:
+        raise ValueError("message: expecting 2 to 4 items")
+    return obj, o_count, o_displ, o_type
+
+
+def _count(o_count, obj, length, datatype, extent):
+    if o_count is not None:
+        count = operator.index(o_count)
+        if count < 0:
+            raise ValueError(f"message: negative count {count}")
+        if count > 0 and obj is None:
+            raise ValueError(f"message: buffer is None but count is {count}")
+        return count
+    if length == 0:
+        return 0
+    if extent is None:
+        lb, extent = _extent(datatype, "infer count")
+    else:
+        lb = datatype.Get_extent()[0]
+    if length % extent:
+        raise ValueError(f"message: cannot infer count, buffer length {length} is not a multiple "
+                         f"of datatype extent {extent} (lb:{lb}, ub:{lb + extent})")
+    return length // extent
+
+
+def _extent(datatype, what):
+    if datatype == MPI.DATATYPE_NULL:
+        raise ValueError(f"message: cannot {what}, datatype is null")
+    lb, extent = datatype.Get_extent()
+    if extent <= 0:
+        raise ValueError(f"message: cannot {what}, datatype extent {extent} (lb:{lb}, ub:{lb + extent})")
+    return lb, extent
+
+
+def _is_buffer_like(obj):
+    return (hasattr(obj, "__dlpack__") or hasattr(obj, "__cuda_array_interface__")
+            or _has_buffer(obj))
+
+
+def _has_buffer(obj):
+    try:
+        memoryview(obj).release()
+    except TypeError:
+        return False
+    except (BufferError, ValueError):
+        return True
+    return True
+
+
+def _export(obj, readonly):
     buf = MPI.buffer(obj)
-    if buf.readonly:
-        raise BufferError("buffer is not writable")
+    if not readonly and buf.readonly:
+        raise BufferError("Object is not writable.")
     return buf
 
 
-def _split(spec):
-    """(object, count or None, displacement, datatype or None) of a spec."""
-    if not isinstance(spec, (list, tuple)):
-        return spec, None, 0, None
-    obj, rest = spec[0], list(spec[1:])
-    datatype = rest.pop() if rest and isinstance(rest[-1], (MPI.Datatype, str)) else None
-    count, displ = None, 0
-    if len(rest) == 1:
-        count = rest[0]
-        if isinstance(count, (list, tuple)):
-            count, displ = count
-    elif len(rest) == 2:
-        count, displ = rest
-    return obj, (None if count is None else int(count)), int(displ or 0), datatype
+def _as_datatype(o_type):
+    if isinstance(o_type, MPI.Datatype):
+        return o_type
+    return _lookup(o_type)
 
 
-def _datatype(obj, buf, datatype):
-    if isinstance(datatype, MPI.Datatype):
-        return datatype
-    return MPI.Datatype.fromcode(datatype if isinstance(datatype, str) else typecode(obj, buf))
+def _lookup(key):
+    try:
+        return MPI._typedict[key]
+    except (KeyError, TypeError):
+        raise KeyError(f"cannot map {key!r} to MPI datatype") from None
 
 
-def typecode(obj, buf=None) -> str:
+def _format_datatype(obj):
+    """The datatype of a buffer's own format, as mpi4py maps it ("B" is MPI.BYTE)."""
+    fmt = buffer_format(obj)
+    if fmt == _BYTE_FORMAT:
+        return MPI.BYTE
+    order = fmt[:1]
+    if order in ("<", ">") and (order == "<") != _LITTLE:
+        raise BufferError(f"format string {fmt!r} with non-native byte order")
+    return _lookup(fmt[1:] if order in ("@", "<", ">") else fmt)
+
+
+_LITTLE = sys.byteorder == "little"
+
+
+def buffer_format(obj) -> str:
+    """The struct format of a buffer (its dtype's for DLPack or CUDA arrays)."""
+    try:
+        with memoryview(obj) as view:
+            return view.format
+    except TypeError:
+        pass
     cai = getattr(obj, "__cuda_array_interface__", None)
-    if cai is not None:
-        import numpy as np
-        return np.dtype(cai["typestr"]).char
-    dtype = getattr(obj, "dtype", None)
-    if dtype is not None:
-        import numpy as np
-        try:
-            return np.dtype(dtype).char
-        except TypeError:
-            pass
-    fmt = memoryview(obj).format if buf is None or buf.format == "B" else buf.format
-    return fmt.lstrip(_STRIP) or "B"
+    dtype = cai["typestr"] if cai is not None else getattr(obj, "dtype", None)
+    if dtype is None:
+        return _BYTE_FORMAT
+    import numpy as np
+    return np.dtype(dtype).char

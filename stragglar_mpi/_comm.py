@@ -8,6 +8,7 @@ from __future__ import annotations
 from mpi4py import MPI
 
 from ._allreduce import Allreduce as _allreduce
+from ._allreduce import _bind
 
 
 def _wrap(new):
@@ -18,7 +19,12 @@ class Comm(MPI.Intracomm):
     """``MPI.Intracomm`` with StragglAR behind ``Allreduce``; made with ``Comm(comm)``."""
 
     def Allreduce(self, sendbuf, recvbuf, op=MPI.SUM):
+        """``Allreduce`` as mpi4py's, run by ``stragglar_mpi.Allreduce`` with its defaults."""
         _allreduce(self, sendbuf, recvbuf, op)
+
+    if _bind is not None:             # the compiled entry itself: no Python frame in between
+        _bind.comm_allreduce.__doc__ = Allreduce.__doc__
+        Allreduce = _bind.comm_allreduce
 
     # mpi4py returns type(self) from Dup, Dup_with_info and Idup, but plain
     # Intracomm from these:

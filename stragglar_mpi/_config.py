@@ -1,76 +1,207 @@
-"""Every knob in one place: environment variables read per call, typos rejected.
+"""Every knob in one place: read once into a frozen ``Settings``, typos refused.
 
-| variable                   | meaning                                                  | default |
-|----------------------------|----------------------------------------------------------|---------|
-| STRAGGLAR_ALGO             | force an algorithm: stragglar, ring, rhd, direct, native, auto (overrides ``algorithm=``) | unset |
-| STRAGGLAR_TRANSPORT        | cython or python                                         | cython  |
-| STRAGGLAR_AUTO_MIN_BYTES   | ``auto`` takes the native AllReduce below this size     | 4194304 |
-| STRAGGLAR_MODEL            | ``auto``'s cost model: alpha (s), bandwidth (bytes/s), margin | 1e-5,1e9,1.05 |
-| STRAGGLAR_TIMEOUT          | seconds a call waits for late ranks before raising StragglerTimeout | off |
-| STRAGGLAR_VALIDATE         | 1: check that every rank passed the same arguments     | 0       |
-| STRAGGLAR_CUDA_AWARE       | 0 or 1: override the detection of a CUDA-aware MPI      | detected |
-| STRAGGLAR_CUDA_PIECE_BYTES | piece size of host staging for device buffers           | see docs/GPU.md |
+The environment is read at the first call that needs the settings (the first
+``Allreduce``), or again by ``configure()``; changing a ``STRAGGLAR_*`` variable
+later in the job has no effect until ``configure()`` is called (on every rank, at
+the same point between calls).  An unknown ``STRAGGLAR_*`` name, or a value
+outside the accepted ones, raises ``ValueError`` naming the variable; the bad
+settings are not kept, so every later call raises the same until they are fixed.
+
+``KNOBS`` is the one list of variables: the README's table, ``Settings``' fields
+and the checks all come from it.
 """
 from __future__ import annotations
 
+import math
 import os
-import warnings
-from functools import lru_cache
-from typing import NamedTuple
+import threading
+from dataclasses import dataclass, field, fields
+from typing import Callable
 
 ALGORITHMS = ("auto", "stragglar", "ring", "rhd", "direct", "native")
-KNOWN = {"STRAGGLAR_ALGO", "STRAGGLAR_TRANSPORT", "STRAGGLAR_AUTO_MIN_BYTES", "STRAGGLAR_MODEL",
-         "STRAGGLAR_TIMEOUT", "STRAGGLAR_VALIDATE",
-         "STRAGGLAR_CUDA_AWARE", "STRAGGLAR_CUDA_PIECE_BYTES"}
-_checked = []
+PREFIX = "STRAGGLAR_"
 
 
-def _check_names():
-    """Warn once per process about STRAGGLAR_* variables that nothing reads."""
-    if _checked:
-        return
-    _checked.append(True)
-    unknown = sorted(k for k in os.environ if k.startswith("STRAGGLAR_") and k not in KNOWN)
-    if unknown:
-        warnings.warn(f"stragglar_mpi: unknown environment variable(s) {', '.join(unknown)}; "
-                      f"known: {', '.join(sorted(KNOWN))}", RuntimeWarning, stacklevel=5)
+@dataclass(frozen=True)
+class Knob:
+    """One environment variable: the Settings field it fills and how its text is read."""
+    name: str
+    field: str
+    default: str
+    parse: Callable[[str, str], object]   # (variable name, text) -> value, or ValueError
+    meaning: str
 
 
-class Settings(NamedTuple):
-    """The knobs of one call, parsed from the environment."""
-    algo: str                  # "" or a forced algorithm
+def _error(name, raw, accepted):
+    return ValueError(f"stragglar_mpi: {name}={raw!r} is not accepted; expected {accepted}")
+
+
+def _number(name, raw, accepted, text=None):
+    """A finite float from ``text`` (default ``raw``); errors quote all of ``raw``."""
+    try:
+        value = float(raw if text is None else text)
+    except ValueError:
+        raise _error(name, raw, accepted) from None
+    if not math.isfinite(value):
+        raise _error(name, raw, accepted)
+    return value
+
+
+def _algo(name, raw):
+    text = raw.strip().lower()
+    if text and text not in ALGORITHMS:
+        raise _error(name, raw, f"one of {', '.join(ALGORITHMS)} (or unset)")
+    return text
+
+
+def _transport(name, raw):
+    text = raw.strip().lower()
+    if text not in ("cython", "python"):
+        raise _error(name, raw, "'cython' or 'python'")
+    return text
+
+
+def _bytes(least):
+    def parse(name, raw):
+        accepted = f"a whole number of bytes >= {least}"
+        try:
+            value = int(raw.strip())
+        except ValueError:
+            raise _error(name, raw, accepted) from None
+        if value < least:
+            raise _error(name, raw, accepted)
+        return value
+    return parse
+
+
+def _model(name, raw):
+    """(alpha seconds, bandwidth bytes/s, margin) for ``auto``."""
+    accepted = "'alpha,bandwidth,margin': alpha >= 0 seconds, bandwidth > 0 bytes/s, margin > 0"
+    parts = raw.split(",")
+    if len(parts) != 3:
+        raise _error(name, raw, accepted)
+    alpha, bandwidth, margin = (_number(name, raw, accepted, p) for p in parts)
+    if alpha < 0 or bandwidth <= 0 or margin <= 0:
+        raise _error(name, raw, accepted)
+    return alpha, bandwidth, margin
+
+
+def _timeout(name, raw):
+    """Seconds to wait for late ranks, or None: wait forever."""
+    text = raw.strip().lower()
+    if text in ("", "0", "off", "none"):
+        return None
+    accepted = "a positive, finite number of seconds, or 0/off"
+    value = _number(name, raw, accepted)
+    if value <= 0:
+        raise _error(name, raw, accepted)
+    return value
+
+
+def _flag(name, raw):
+    text = raw.strip()
+    if text not in ("0", "1"):
+        raise _error(name, raw, "0 or 1")
+    return text == "1"
+
+
+def _detected_or_flag(name, raw):
+    return None if not raw.strip() else _flag(name, raw)
+
+
+KNOBS = (
+    Knob("STRAGGLAR_ALGO", "algo", "", _algo,
+         "force an algorithm: `stragglar`, `ring`, `rhd`, `direct`, `native`, `auto`; "
+         "overrides `algorithm=` (as `NCCL_ALGO` does)"),
+    Knob("STRAGGLAR_TRANSPORT", "transport", "cython", _transport, "`cython` or `python`"),
+    # Below a few MiB a round costs more than the bandwidth StragglAR saves (the
+    # paper's own crossover on 8 GPUs is larger still); docs/BENCHMARKS.md.
+    Knob("STRAGGLAR_AUTO_MIN_BYTES", "auto_min_bytes", "4194304", _bytes(0),
+         "`auto` takes the native AllReduce below this many bytes and records nothing"),
+    # The default bandwidth is deliberately low (a loaded shared-memory node), so
+    # `auto` asks for a delay that surely hides the ReduceScatter.
+    Knob("STRAGGLAR_MODEL", "model", "1e-5,1e9,1.05", _model,
+         "`auto`'s cost model: `alpha_seconds,bandwidth_bytes_per_s,margin`; "
+         "set the bandwidth to your links"),
+    Knob("STRAGGLAR_TIMEOUT", "timeout", "off", _timeout,
+         "seconds a call waits for late ranks before `StragglerTimeout`"),
+    Knob("STRAGGLAR_VALIDATE", "validate", "0", _flag,
+         "`1`: compare every call's arguments across ranks"),
+    Knob("STRAGGLAR_REPORT", "report", "0", _flag,
+         "`1`: rank 0 prints the straggler report of every communicator at exit"),
+    Knob("STRAGGLAR_CUDA_AWARE", "cuda_aware", "", _detected_or_flag,
+         "`0`/`1`: override the detection of a CUDA-aware MPI (unset: detected)"),
+    Knob("STRAGGLAR_CUDA_PIECE_BYTES", "cuda_piece_bytes", "4194304", _bytes(1),
+         "piece size when device buffers are staged through host memory"),
+)
+KNOWN = frozenset(k.name for k in KNOBS)
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The knobs, as read by one ``configure()``; ``epoch`` counts the reads."""
+    algo: str                    # "" or a forced algorithm
     transport: str
     auto_min_bytes: int
-    model: tuple               # (alpha seconds, bandwidth bytes/s, margin)
+    model: tuple                 # (alpha seconds, bandwidth bytes/s, margin)
     timeout: float | None
     validate: bool
+    report: bool
+    cuda_aware: bool | None      # None: ask the MPI library
+    cuda_piece_bytes: int
+    epoch: int = field(default=0, compare=False)
 
 
-_READ = ("STRAGGLAR_ALGO", "STRAGGLAR_TRANSPORT", "STRAGGLAR_AUTO_MIN_BYTES", "STRAGGLAR_MODEL",
-         "STRAGGLAR_TIMEOUT", "STRAGGLAR_VALIDATE")
-# os.environ decodes every key and value it returns (about a microsecond each); its
-# byte-keyed dict on POSIX gives the same values in a tenth of that, per call.
-RAW_ENVIRON = getattr(os.environ, "_data", None)
-_RAW_KEYS = tuple(k.encode() for k in _READ)
-if not (isinstance(RAW_ENVIRON, dict) and all(isinstance(k, bytes) for k in RAW_ENVIRON)):
-    RAW_ENVIRON = None
+assert [f.name for f in fields(Settings)][:-1] == [k.field for k in KNOBS]
+
+_current: Settings | None = None
+_epoch = 0
+_lock = threading.Lock()
+_listeners = []   # told the epoch of every read (-1 while no valid settings are in force)
+
+
+def read(environ=None, epoch=0) -> Settings:
+    """Settings from ``environ`` (default ``os.environ``); raises for unknown names and bad values."""
+    env = os.environ if environ is None else environ
+    unknown = sorted(k for k in env if k.startswith(PREFIX) and k not in KNOWN)
+    if unknown:
+        raise ValueError(f"stragglar_mpi: unknown environment variable(s) {', '.join(unknown)}; "
+                         f"known: {', '.join(sorted(KNOWN))}")
+    values = {k.field: k.parse(k.name, env.get(k.name, k.default)) for k in KNOBS}
+    return Settings(**values, epoch=epoch)
+
+
+def configure(environ=None) -> Settings:
+    """Read the settings again (call it on every rank); returns them.
+
+    Calls already bound to earlier settings see the new ones: the epoch changes,
+    and every cached binding carries the epoch it was made in.
+    """
+    global _current, _epoch
+    with _lock:
+        _epoch += 1
+        _current = None              # a bad read leaves nothing behind: later calls raise too
+        _tell(-1)
+        _current = read(environ, _epoch)
+        _tell(_epoch)
+        return _current
+
+
+def on_configure(listener):
+    """Call ``listener(epoch)`` after every read of the settings (and now)."""
+    _listeners.append(listener)
+    listener(_current.epoch if _current is not None else -1)
+
+
+def _tell(epoch):
+    for listener in _listeners:
+        listener(epoch)
 
 
 def current() -> Settings:
-    """The settings now (the environment is read on every call; parsing is cached)."""
-    if RAW_ENVIRON is not None:
-        return _parse(tuple(map(RAW_ENVIRON.get, _RAW_KEYS)))
-    return _parse(tuple(None if v is None else v.encode() for v in map(os.environ.get, _READ)))
-
-
-@lru_cache(maxsize=32)
-def _parse(raw) -> Settings:
-    _check_names()
-    algo, transport, min_bytes, model, timeout, validate = (
-        None if v is None else os.fsdecode(v) for v in raw)
-    return Settings(_forced(algo), (transport or "").strip().lower() or "cython",
-                    _auto_min_bytes(min_bytes), _model(model), _timeout(timeout),
-                    (validate or "0").strip().lower() in ("1", "true", "yes", "on"))
+    """The settings in force, read from the environment on first use."""
+    settings = _current
+    return settings if settings is not None else configure()
 
 
 def algorithm(requested, settings=None) -> str:
@@ -82,55 +213,18 @@ def algorithm(requested, settings=None) -> str:
     return name.lower()
 
 
-def _forced(raw):
-    name = (raw or "").strip().lower()
-    if name and name not in ALGORITHMS:
-        raise ValueError(f"STRAGGLAR_ALGO must be one of {', '.join(ALGORITHMS)}; got {name!r}")
-    return name
-
-
-def _auto_min_bytes(raw):
-    # Below a few MiB a round costs more than the bandwidth StragglAR saves (the
-    # paper's own crossover on 8 GPUs is larger still); docs/BENCHMARKS.md.
-    raw = "4194304" if raw is None else raw
-    try:
-        return int(raw)
-    except ValueError:
-        raise ValueError(f"STRAGGLAR_AUTO_MIN_BYTES must be an integer, got {raw!r}") from None
-
-
-def _model(raw):
-    """(alpha seconds, bandwidth bytes/s, margin) for ``auto``: STRAGGLAR_MODEL="1e-5,1e9,1.05".
-
-    The default bandwidth is deliberately low (a loaded shared-memory node), so
-    ``auto`` asks for a delay that surely hides the ReduceScatter; on a fast
-    interconnect set it to the link speed.  ``margin``: StragglAR must win by this factor.
-    """
-    raw = "1e-5,1e9,1.05" if raw is None else raw
-    try:
-        alpha, bandwidth, margin = (float(x) for x in raw.split(","))
-    except ValueError:
-        raise ValueError(f"STRAGGLAR_MODEL must be 'alpha,bandwidth,margin', got {raw!r}") from None
-    return alpha, bandwidth, margin
-
-
-def _timeout(raw):
-    """Seconds to wait for late ranks (STRAGGLAR_TIMEOUT), or None: wait forever."""
-    raw = (raw or "").strip()
-    if not raw or raw.lower() in ("0", "off", "none"):
-        return None
-    try:
-        value = float(raw)
-    except ValueError:
-        raise ValueError(f"STRAGGLAR_TIMEOUT must be a number of seconds, got {raw!r}") from None
-    if value <= 0:
-        raise ValueError(f"STRAGGLAR_TIMEOUT must be positive, got {raw!r}")
-    return value
-
-
 def model():
     return current().model
 
 
 def timeout():
     return current().timeout
+
+
+def table() -> str:
+    """The README's configuration table, from ``KNOBS``."""
+    rows = ["| variable | meaning | default |", "|---|---|---|"]
+    for k in KNOBS:
+        default = f"`{k.default}`" if k.default else "unset"
+        rows.append(f"| `{k.name}` | {k.meaning} | {default} |")
+    return "\n".join(rows)

@@ -6,10 +6,8 @@ never pay for it.  A buffer counts as a device buffer when its memory is device
 Numba CUDA simulator (whose "device" memory is host memory).  Objects that expose
 ``__cuda_array_interface__`` or CUDA DLPack over host memory are host buffers.
 
-| variable                   | meaning                                                    | default  |
-|----------------------------|------------------------------------------------------------|----------|
-| STRAGGLAR_CUDA_AWARE       | 1: hand device pointers to MPI; 0: stage through host memory | queried from MPI |
-| STRAGGLAR_CUDA_PIECE_BYTES | size of one staged piece (copies overlap communication)    | 4194304  |
+Its settings (STRAGGLAR_CUDA_AWARE, STRAGGLAR_CUDA_PIECE_BYTES) are read with all the
+others by ``_config``.
 """
 from __future__ import annotations
 
@@ -21,10 +19,11 @@ from functools import lru_cache
 
 import numpy as np
 
+from . import _config
+
 _HOST_TYPES = (np.ndarray, bytes, bytearray, memoryview)
 _DL_CUDA, _DL_CUDA_HOST, _DL_CUDA_MANAGED = 2, 3, 13
 _DL_KINDS = {0: "i", 1: "u", 2: "f", 5: "c"}
-_TRUE, _FALSE = ("1", "yes", "true", "on"), ("0", "no", "false", "off")
 
 
 @dataclass(frozen=True)
@@ -153,11 +152,9 @@ def memory_kind(ptr: int) -> str:
 # --- CUDA-aware MPI ----------------------------------------------------------------------
 def cuda_aware():
     """(whether MPI takes device pointers, where that answer comes from)."""
-    raw = os.environ.get("STRAGGLAR_CUDA_AWARE", "").strip().lower()
-    if raw in _TRUE or raw in _FALSE:
-        return raw in _TRUE, "STRAGGLAR_CUDA_AWARE"
-    if raw:
-        raise ValueError(f"STRAGGLAR_CUDA_AWARE must be 0 or 1, not {raw!r}")
+    forced = _config.current().cuda_aware
+    if forced is not None:
+        return forced, "STRAGGLAR_CUDA_AWARE"
     return _query_mpi()
 
 
@@ -194,14 +191,7 @@ def _libmpi():
 
 
 def piece_bytes() -> int:
-    raw = os.environ.get("STRAGGLAR_CUDA_PIECE_BYTES", "4194304")
-    try:
-        value = int(raw)
-    except ValueError:
-        value = 0
-    if value <= 0:
-        raise ValueError(f"STRAGGLAR_CUDA_PIECE_BYTES must be a positive integer, got {raw!r}")
-    return value
+    return _config.current().cuda_piece_bytes
 
 
 # --- Numba: device views, pinned memory ---------------------------------------------------

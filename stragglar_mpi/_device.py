@@ -18,7 +18,7 @@ import numpy as np
 from mpi4py import MPI
 
 from . import _config, _cuda, _kernels
-from ._args import check_op, check_straggler, decide
+from ._args import bytes_as_unsigned_char, check_op, check_straggler, decide
 from ._buffers import Message, is_in_place, resolve, validate
 from ._plan import COPY, RECV, REDUCE, SEND
 from .schedule import PHASE1, chunk_bounds
@@ -47,6 +47,7 @@ def allreduce(comm, sendbuf, recvbuf, op=MPI.SUM, *, straggler=None, algorithm=N
     validate(MPI.IN_PLACE if in_place else send.standin_spec, recv.standin_spec, op)
     out = recv.resolve(readonly=False)
     src = out if in_place else send.resolve(readonly=True)
+    src, out = bytes_as_unsigned_char(src, out, op, in_place)
     if _use_kernels(send, recv, out.datatype, op):
         return _aware(comm, name, policy, src, out, op, in_place)
     _staged(comm, src, out, op, straggler, name)

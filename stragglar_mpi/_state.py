@@ -15,6 +15,11 @@ from collections import Counter, OrderedDict, deque
 import numpy as np
 from mpi4py import MPI
 
+try:
+    from . import _bind
+except ImportError:   # a source checkout without the build
+    _bind = None
+
 _TAG_SUBCOMM = 4242
 #: Sub-communicators of early ranks kept per user communicator (MPICH has ~2048 context ids).
 EARLY_COMMS = 8
@@ -34,7 +39,8 @@ class State:
         self.next_pair, self.pair_gap = 1, 1  # when "auto" records arrivals next (_allreduce._sampled)
         self.tracked_seq = None           # arrival-table number of the last tracked call
         self.broken = None                # why this state is unusable (after a timeout)
-        self.repeat = None                # the last call's checked arguments (_args.Repeat)
+        self.bindings = _bind.Bindings() if _bind else None   # earlier calls' checks (_bind.pyx)
+        self.log = None                   # what tracked calls ran, for the report (_report.Log)
         self._arrivals = None
         if self.private.Get_size() > 1:
             self.arrivals()   # collective, like the Dup: both happen in the first call only

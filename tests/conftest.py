@@ -8,3 +8,25 @@ mpi/   : test bodies that run on every rank under ``mpiexec -n N``; launched by
 import os
 
 collect_ignore = [] if os.environ.get("SMPI_TEST_IN_MPIEXEC") else ["mpi"]
+
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture
+def setenv(monkeypatch):
+    """``setenv(NAME=value, OTHER=None)``: change STRAGGLAR_* variables (None unsets) and
+    re-read the settings, as a job must (``stragglar_mpi.configure()``); undone afterwards."""
+    from stragglar_mpi import configure
+
+    def change(**values):
+        for name, value in values.items():
+            if value is None:
+                monkeypatch.delenv(name, raising=False)
+            else:
+                monkeypatch.setenv(name, str(value))
+        return configure()
+
+    yield change
+    monkeypatch.undo()
+    configure()

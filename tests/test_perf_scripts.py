@@ -7,6 +7,9 @@ PERF = ROOT / "tests" / "perf"
 
 
 @pytest.mark.parametrize("script,args,expect", [
+    ("bench_entry.py", ["--sizes", "8,4K", "--calls", "5", "--rounds", "2"], "[buf, (count, displ), dt]"),
+    ("bench_entry.py", ["--omb", "--max-size", "64", "--iters", "5", "--skip", "2", "--reps", "1"],
+     "Comm/native"),
     ("bench_auto.py", ["--size", "64K", "--iters", "3", "--delay-ms", "1"], "native/native2"),
     ("bench_transport.py", ["--iters", "1"], "16777216"),
     ("bench_validate.py", ["--size", "64K", "--iters", "3"], "median call"),

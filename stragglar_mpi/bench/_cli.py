@@ -13,6 +13,7 @@ import numpy as np
 from mpi4py import MPI
 
 from .. import Allreduce, __version__
+from .._config import current as current_settings
 from .._transport import name as transport_name
 from . import _clock, _data, _model, _report, _run
 
@@ -182,7 +183,7 @@ def _problem(args, comm):
     n = comm.Get_size()
     if n < 2:
         return "needs at least 2 ranks (mpiexec -n N ...)"
-    if os.environ.get("STRAGGLAR_ALGO"):
+    if current_settings().algo:
         return "unset STRAGGLAR_ALGO: it would force one algorithm on every row"
     if args.straggler not in (None, "random", "none") and int(args.straggler) >= n:
         return f"--straggler {args.straggler} is not a rank of {n}"

@@ -20,7 +20,7 @@ import time
 import numpy as np
 from mpi4py import MPI
 
-from .. import Allreduce, _transport
+from .. import Allreduce, _transport, configure
 from .._plan import RECV
 from . import _clock
 from ._cli import parse_delay, parse_size
@@ -113,6 +113,7 @@ def main(argv=None, comm=None) -> int:
     p.add_argument("--straggler", type=int, default=None, help="the late rank (default: the last)")
     args = p.parse_args(argv)
     os.environ["STRAGGLAR_TRANSPORT"] = "python"
+    configure()
     _transport._execute_python = _stamped(_transport._execute_python)
     n, straggler = comm.Get_size(), comm.Get_size() - 1 if args.straggler is None else args.straggler
     delay = args.delay.draw(np.random.default_rng(0), args.size)

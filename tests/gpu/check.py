@@ -14,6 +14,7 @@ from mpi4py import MPI  # first: initializes MPI
 
 from numba import cuda
 
+import stragglar_mpi
 from stragglar_mpi import Allreduce
 from stragglar_mpi import _cuda, _kernels
 
@@ -115,12 +116,14 @@ def check_allreduce():
     comm = MPI.COMM_WORLD
     n, rank = comm.Get_size(), comm.Get_rank()
     os.environ["STRAGGLAR_CUDA_AWARE"] = "0"
+    stragglar_mpi.configure()                 # settings are read once; read them again
     wrong = 0
     for code, opname in CASES:
         for count in (n + 5, 1001):
             for in_place in (False, True):
                 wrong += not _one(comm, code, opname, count, in_place, "stragglar")
     os.environ["STRAGGLAR_CUDA_PIECE_BYTES"] = str(1 << 20)
+    stragglar_mpi.configure()
     t = time.perf_counter()
     for algorithm in ("stragglar", "ring", "rhd", "direct", "native", "auto"):
         wrong += not _one(comm, "f", "SUM", (1 << 22) + 3, False, algorithm)  # 17 pieces

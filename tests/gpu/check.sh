@@ -12,7 +12,7 @@ root="$(cd "$here/../.." && pwd)"
 py="${PYTHON:-python3}"
 unset NUMBA_ENABLE_CUDASIM
 if ! (cd "$here" && "$py" -c "import stragglar_mpi, numba.cuda") 2>/dev/null; then
-    venv="${STRAGGLAR_GPU_VENV:-$root/.venv-gpu}"
+    venv="${SMPI_GPU_VENV:-$root/.venv-gpu}"
     [ -x "$venv/bin/python" ] || "$py" -m venv "$venv"
     "$venv/bin/python" -m pip install -q "$root[cuda]"
     py="$venv/bin/python"

@@ -29,9 +29,9 @@ def small_world(comm):
 
 
 @pytest.fixture(params=PATHS)
-def path(request, monkeypatch):
-    monkeypatch.setenv("STRAGGLAR_CUDA_AWARE", "1" if request.param == "aware" else "0")
-    monkeypatch.setenv("STRAGGLAR_CUDA_PIECE_BYTES", "48")  # several staged pieces
+def path(request, setenv):
+    setenv(STRAGGLAR_CUDA_AWARE="1" if request.param == "aware" else "0",
+           STRAGGLAR_CUDA_PIECE_BYTES="48")  # several staged pieces
     return request.param
 
 
@@ -70,10 +70,10 @@ def test_every_dtype_and_op(comm, path, code, opname):
 
 
 @pytest.mark.parametrize("algorithm", ["stragglar", "ring", "rhd", "direct", "native", "auto"])
-def test_algorithms_and_stragglers(comm, path, algorithm, monkeypatch):
+def test_algorithms_and_stragglers(comm, path, algorithm, setenv):
     n, rank = comm.Get_size(), comm.Get_rank()
     if path == "staged":
-        monkeypatch.setenv("STRAGGLAR_CUDA_PIECE_BYTES", "2048")
+        setenv(STRAGGLAR_CUDA_PIECE_BYTES="2048")
     for straggler, count in [(0, 2 * n + 1), (n - 1, 1000 if path == "staged" else 50), (n // 2, 1)]:
         send = contribution(rank, n, count, "d", "SUM")
         for in_place in (False, True):

@@ -8,13 +8,15 @@ import numpy as np
 import pytest
 from mpi4py import MPI
 
-from stragglar_mpi import Allreduce, StragglerTimeout, stats
+from stragglar_mpi import Allreduce, StragglerTimeout, configure, stats
 
 
 @contextmanager
 def env(**values):
+    """Settings changed for a block: the environment, then ``configure()`` on every rank."""
     old = {k: os.environ.get(k) for k in values}
     os.environ.update({k: str(v) for k, v in values.items()})
+    configure()
     try:
         yield
     finally:
@@ -23,6 +25,7 @@ def env(**values):
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+        configure()
 
 
 def needs(n, comm):

@@ -5,16 +5,16 @@ import pytest
 from mpi4py import MPI
 
 import stragglar_mpi
-from stragglar_mpi import _args, _transport
+from stragglar_mpi import _allreduce, _transport
 
 
 def test_installed_package_loads_the_compiled_extensions():
     assert _transport._p2p is not None, f"not loaded: {_transport._IMPORT_ERROR}"
-    assert _args._fast is not None
+    assert _allreduce._bind is not None
     if os.environ.get("SMPI_TEST_INSTALLED"):
         assert "site-packages" in stragglar_mpi.__file__, stragglar_mpi.__file__
         assert "site-packages" in _transport._p2p.__file__, _transport._p2p.__file__
-        assert "site-packages" in _args._fast.__file__, _args._fast.__file__
+        assert "site-packages" in _allreduce._bind.__file__, _allreduce._bind.__file__
 
 
 def test_point_to_point_round_trip_through_the_extension(comm):

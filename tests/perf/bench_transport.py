@@ -17,7 +17,7 @@ import statistics
 import numpy as np
 from mpi4py import MPI
 
-from stragglar_mpi import _transport
+from stragglar_mpi import _transport, configure
 from stragglar_mpi.demo import one_call
 
 SIZES = [8, 4 << 10, 64 << 10, 1 << 20, 16 << 20]
@@ -56,6 +56,7 @@ def measure(comm, nbytes, iters, clock):
         for algo, transport in VARIANTS:
             if transport:
                 os.environ["STRAGGLAR_TRANSPORT"] = transport
+                configure()
             t = one_call(comm, algo, send, recv, n - 1, delay)
             p = clock.post_arrival(comm, n - 1) if transport else None
             if it >= 2:

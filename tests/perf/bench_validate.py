@@ -10,7 +10,7 @@ import time
 import numpy as np
 from mpi4py import MPI
 
-from stragglar_mpi import Allreduce
+from stragglar_mpi import Allreduce, configure
 from stragglar_mpi.demo import parse_size
 
 
@@ -27,6 +27,7 @@ def main():
     for it in range(args.iters + 3):
         for mode in ("0", "1"):
             os.environ["STRAGGLAR_VALIDATE"] = mode
+            configure()
             comm.Barrier()
             t0 = time.perf_counter()
             Allreduce(comm, send, recv, algorithm=args.algorithm, straggler=comm.Get_size() - 1)

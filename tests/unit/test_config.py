@@ -1,43 +1,95 @@
-"""Settings come from the environment on every call; bad values raise, every time."""
+"""Settings: read once into a frozen object, every value checked, unknown names refused."""
+from pathlib import Path
+
 import pytest
 
 from stragglar_mpi import _config
 
+README = Path(__file__).resolve().parents[2] / "README.md"
 
-def test_defaults(monkeypatch):
-    for key in _config.KNOWN:
-        monkeypatch.delenv(key, raising=False)
-    s = _config.current()
-    assert (s.algo, s.transport, s.auto_min_bytes, s.timeout, s.validate) == ("", "cython", 4194304, None, False)
+
+def test_defaults():
+    s = _config.read({})
+    assert (s.algo, s.transport, s.auto_min_bytes, s.timeout, s.validate, s.report) == \
+        ("", "cython", 4194304, None, False, False)
     assert s.model == (1e-5, 1e9, 1.05)
+    assert (s.cuda_aware, s.cuda_piece_bytes) == (None, 4194304)
 
 
-def test_a_change_is_seen_by_the_next_read(monkeypatch):
-    monkeypatch.setenv("STRAGGLAR_TIMEOUT", "2.5")
+def test_read_once_until_configure(setenv, monkeypatch):
+    first = setenv(STRAGGLAR_TIMEOUT="2.5")
+    assert _config.current() is first and first.timeout == 2.5
+    monkeypatch.setenv("STRAGGLAR_TIMEOUT", "off")          # not read: no configure()
     assert _config.current().timeout == 2.5
-    monkeypatch.setenv("STRAGGLAR_TIMEOUT", "off")
-    assert _config.current().timeout is None
-    monkeypatch.setenv("STRAGGLAR_ALGO", " Ring ")
+    second = _config.configure()
+    assert second.timeout is None and second.epoch == first.epoch + 1
+    setenv(STRAGGLAR_ALGO=" Ring ")
     assert _config.algorithm("native") == "ring"
-    monkeypatch.delenv("STRAGGLAR_ALGO")
+    setenv(STRAGGLAR_ALGO=None)
     assert _config.algorithm("native") == "native"
     assert _config.algorithm(None) == "auto"
 
 
-@pytest.mark.parametrize("key,value,match", [
-    ("STRAGGLAR_ALGO", "fastest", "STRAGGLAR_ALGO"),
-    ("STRAGGLAR_AUTO_MIN_BYTES", "4MiB", "STRAGGLAR_AUTO_MIN_BYTES"),
-    ("STRAGGLAR_MODEL", "1e-5,1e9", "STRAGGLAR_MODEL"),
-    ("STRAGGLAR_TIMEOUT", "-1", "positive"),
-    ("STRAGGLAR_TIMEOUT", "soon", "number of seconds"),
+def test_settings_are_frozen():
+    with pytest.raises(Exception):
+        _config.current().timeout = 1.0
+
+
+@pytest.mark.parametrize("key,value", [
+    ("STRAGGLAR_ALGO", "fastest"),
+    ("STRAGGLAR_TRANSPORT", "c"),
+    ("STRAGGLAR_AUTO_MIN_BYTES", "4MiB"),
+    ("STRAGGLAR_AUTO_MIN_BYTES", "-1"),
+    ("STRAGGLAR_AUTO_MIN_BYTES", "1.5"),
+    ("STRAGGLAR_MODEL", "1e-5,1e9"),
+    ("STRAGGLAR_MODEL", "1e-5,0,1"),
+    ("STRAGGLAR_MODEL", "1e-5,-1e9,1"),
+    ("STRAGGLAR_MODEL", "-1,1e9,1"),
+    ("STRAGGLAR_MODEL", "1e-5,1e9,0"),
+    ("STRAGGLAR_MODEL", "nan,1e9,1"),
+    ("STRAGGLAR_MODEL", "1e-5,inf,1"),
+    ("STRAGGLAR_TIMEOUT", "-1"),
+    ("STRAGGLAR_TIMEOUT", "soon"),
+    ("STRAGGLAR_TIMEOUT", "nan"),
+    ("STRAGGLAR_TIMEOUT", "inf"),
+    ("STRAGGLAR_VALIDATE", "2"),
+    ("STRAGGLAR_VALIDATE", "yes"),
+    ("STRAGGLAR_REPORT", "true"),
+    ("STRAGGLAR_CUDA_AWARE", "maybe"),
+    ("STRAGGLAR_CUDA_PIECE_BYTES", "0"),
+    ("STRAGGLAR_CUDA_PIECE_BYTES", "-4"),
 ])
-def test_bad_values_raise_on_every_read(monkeypatch, key, value, match):
-    monkeypatch.setenv(key, value)
-    for _ in range(2):                       # not hidden by the parse cache
-        with pytest.raises(ValueError, match=match):
+def test_bad_values_name_the_variable_and_what_is_accepted(setenv, key, value):
+    with pytest.raises(ValueError) as info:
+        setenv(**{key: value})
+    text = str(info.value)
+    assert key in text and repr(value) in text and "expected" in text
+    for _ in range(2):                       # bad settings are not kept: every read raises
+        with pytest.raises(ValueError, match=key):
             _config.current()
+
+
+def test_an_unknown_name_raises(setenv):
+    with pytest.raises(ValueError, match="unknown environment variable.*STRAGGLAR_TIMEOT"):
+        setenv(STRAGGLAR_TIMEOT="3")
+
+
+@pytest.mark.parametrize("key,value,field,want", [
+    ("STRAGGLAR_AUTO_MIN_BYTES", "0", "auto_min_bytes", 0),
+    ("STRAGGLAR_TIMEOUT", "0", "timeout", None),
+    ("STRAGGLAR_TIMEOUT", "0.25", "timeout", 0.25),
+    ("STRAGGLAR_VALIDATE", "1", "validate", True),
+    ("STRAGGLAR_CUDA_AWARE", "0", "cuda_aware", False),
+    ("STRAGGLAR_MODEL", "0,1e10,1", "model", (0.0, 1e10, 1.0)),
+])
+def test_good_values(key, value, field, want):
+    assert getattr(_config.read({key: value}), field) == want
 
 
 def test_a_bad_algorithm_argument_names_the_choices():
     with pytest.raises(ValueError, match="algorithm must be one of"):
         _config.algorithm("fastest")
+
+
+def test_the_readme_table_is_the_knob_list():
+    assert _config.table() in README.read_text()

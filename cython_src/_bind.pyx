@@ -1,0 +1,415 @@
+# cython: language_level=3, boundscheck=False, wraparound=False
+"""bind: the compiled entry of ``Allreduce`` and ``Comm.Allreduce``.
+
+A call's buffer specs are read here without Python work: for each, how it is
+written (a bare buffer, ``[buf, dt]``, ``[buf, count, dt]``, ``[buf, (count,
+displ), dt]``, ``[buf, count, displ, dt]``, a typecode string in place of the
+datatype, in place), the type of the buffer object, its address and length, its
+struct format when the datatype comes from it, and the given count, displacement
+and datatype.  With the op, the ``straggler`` and ``algorithm`` arguments and the
+settings' epoch, that is the key of a ``Binding``: what the full checks found
+for those arguments (``_args.check``) and the decision they lead to.  Every
+communicator's state keeps a few bindings (least recently used goes first), so
+buffers that take turns, like gradient buckets, all hit.
+
+- a hit whose decision is native (no timeout) is one ``MPI_Allreduce`` from C,
+  with the GIL released;
+- any other hit hands the kept ``Args``, bound to this call's memory, to the run;
+- a miss (or a spec this file does not read: ``None`` or ``MPI.BOTTOM`` as the
+  buffer, device arrays, a count that is not an ``int`` ...) runs the full checks
+  in Python, and keeps a binding when the call may repeat.
+
+A late rank runs this right after it wakes up, while the others poll: every
+microsecond of CPU here is several of wall time on an oversubscribed node.
+"""
+from cpython.buffer cimport (PyObject_GetBuffer, PyBuffer_Release, PyBUF_ANY_CONTIGUOUS,
+                             PyBUF_FORMAT, PyBUF_WRITABLE)
+from cpython.list cimport PyList_GET_SIZE, PyList_GET_ITEM
+from cpython.object cimport PyObject
+from cpython.tuple cimport PyTuple_GET_SIZE, PyTuple_GET_ITEM
+from libc.string cimport memcpy, strcmp, strlen
+from mpi4py cimport MPI
+from mpi4py.libmpi cimport (MPI_Comm, MPI_Comm_get_attr, MPI_Count, MPI_Datatype,
+                            MPI_Op, MPI_IN_PLACE, MPI_SUCCESS, MPI_Wtime, MPI_DATATYPE_NULL)
+
+from mpi4py import MPI as _MPI
+
+cdef extern from "mpi_compat.h" nogil:
+    int smpi_allreduce(const void *, void *, MPI_Count, MPI_Datatype, MPI_Op, MPI_Comm)
+
+cdef extern from "Python.h":
+    bint PyList_CheckExact(object)
+    bint PyTuple_CheckExact(object)
+    bint PyLong_CheckExact(object)
+    bint PyUnicode_CheckExact(object)
+    void PyErr_Clear()
+    Py_ssize_t PyLong_AsSsize_t(object) noexcept     # -1 and an error set on overflow
+
+cdef enum:
+    CAPACITY = 8          # bindings per communicator
+    FORMAT_BYTES = 16     # longest buffer format kept in a key (longer: not bound)
+    # How a spec is written (a listed one adds 8 * its length).
+    IN_PLACE = 1
+    BARE = 2              # a buffer alone
+    LISTED = 3            # [buf, ...]: which of count, displ, datatype were given is in the Form
+
+# Set by init(): the communicator attribute that holds the library's state, the
+# Python side of a call (a miss, the run of a bound call) and the Message class.
+cdef int _keyval = 0
+cdef bint _ready = False
+cdef object _miss = None
+cdef object _run = None
+cdef object _Message = None
+cdef long _epoch = -1     # of the settings in force; -1: none read yet
+cdef object _SUM = _MPI.SUM
+cdef object _Datatype = _MPI.Datatype
+cdef object _IN_PLACE = _MPI.IN_PLACE
+cdef object _BottomType = type(_MPI.BOTTOM)
+
+
+def init(keyval, miss, run, message_class):
+    global _keyval, _miss, _run, _Message, _ready
+    _keyval, _miss, _run, _Message, _ready = <int>keyval, miss, run, message_class, True
+
+
+def set_epoch(long epoch):
+    """Called by _config whenever the settings are read (-1 while none are valid)."""
+    global _epoch
+    _epoch = epoch
+
+
+cdef struct Form:
+    int shape
+    void *kind              # the buffer object's type
+    char *address
+    Py_ssize_t nbytes
+    Py_ssize_t count        # -1: not given
+    Py_ssize_t displ        # -1: not given
+    MPI_Datatype datatype   # MPI_DATATYPE_NULL: not given as an MPI.Datatype
+    void *code              # a typecode string given for the datatype (its identity), or NULL
+    char format[FORMAT_BYTES]
+
+
+cdef inline bint _int_item(object x, Py_ssize_t *out):
+    if not PyLong_CheckExact(x):
+        return False
+    out[0] = PyLong_AsSsize_t(x)
+    if out[0] < 0:
+        PyErr_Clear()
+        return False
+    return True
+
+
+cdef inline bint _datatype_item(object x, Form *f):
+    if type(x) is _Datatype:
+        f.datatype = (<MPI.Datatype>x).ob_mpi
+        return True
+    if PyUnicode_CheckExact(x):
+        f.code = <void *>x
+        return True
+    return False
+
+
+cdef inline bint _count_item(object x, Form *f):
+    """``count`` or ``(count, displ)``."""
+    cdef object c, d
+    if PyTuple_CheckExact(x) and PyTuple_GET_SIZE(x) == 2:
+        c, d = <object>PyTuple_GET_ITEM(x, 0), <object>PyTuple_GET_ITEM(x, 1)
+    elif PyList_CheckExact(x) and PyList_GET_SIZE(x) == 2:
+        c, d = <object>PyList_GET_ITEM(x, 0), <object>PyList_GET_ITEM(x, 1)
+    else:
+        return _int_item(x, &f.count)
+    return _int_item(c, &f.count) and _int_item(d, &f.displ)
+
+
+cdef object _listed(object spec, Form *f):
+    """Fill ``f`` from a list/tuple spec; its buffer object, or None if it is not one
+    this file reads."""
+    cdef Py_ssize_t n
+    if PyList_CheckExact(spec):
+        n = PyList_GET_SIZE(spec)
+        if n < 2 or n > 4:
+            return None
+        x0, x1 = <object>PyList_GET_ITEM(spec, 0), <object>PyList_GET_ITEM(spec, 1)
+        x2 = <object>PyList_GET_ITEM(spec, 2) if n > 2 else None
+        x3 = <object>PyList_GET_ITEM(spec, 3) if n > 3 else None
+    elif PyTuple_CheckExact(spec):
+        n = PyTuple_GET_SIZE(spec)
+        if n < 2 or n > 4:
+            return None
+        x0, x1 = <object>PyTuple_GET_ITEM(spec, 0), <object>PyTuple_GET_ITEM(spec, 1)
+        x2 = <object>PyTuple_GET_ITEM(spec, 2) if n > 2 else None
+        x3 = <object>PyTuple_GET_ITEM(spec, 3) if n > 3 else None
+    else:
+        return None
+    f.shape = LISTED + 8 * n
+    if n == 2:
+        ok = _datatype_item(x1, f) or _count_item(x1, f)
+    elif n == 3:
+        ok = _count_item(x1, f) and _datatype_item(x2, f)
+    else:
+        ok = _int_item(x1, &f.count) and _int_item(x2, &f.displ) and _datatype_item(x3, f)
+    return x0 if ok else None
+
+
+cdef inline void _clear(Form *f, int shape):
+    f.shape = shape
+    f.kind = NULL
+    f.address = NULL
+    f.nbytes = 0
+    f.count = f.displ = -1
+    f.datatype = MPI_DATATYPE_NULL
+    f.code = NULL
+    f.format[0] = 0
+
+
+cdef bint read_form(object spec, bint writable, Form *f, Py_buffer *view):
+    """Read one spec into ``f`` and export its buffer into ``view`` (held on True).
+    False, with nothing held and no error set, for a spec left to the full checks."""
+    cdef object obj = spec
+    cdef int flags = PyBUF_ANY_CONTIGUOUS
+    _clear(f, BARE)
+    if PyList_CheckExact(spec) or PyTuple_CheckExact(spec):
+        obj = _listed(spec, f)
+    if obj is None or type(obj) is _BottomType:
+        return False
+    if writable:
+        flags |= PyBUF_WRITABLE
+    if f.datatype == MPI_DATATYPE_NULL and f.code == NULL:
+        flags |= PyBUF_FORMAT
+    try:
+        PyObject_GetBuffer(obj, view, flags)
+    except BaseException:
+        return False
+    if flags & PyBUF_FORMAT:
+        if view.format == NULL:
+            f.format[0], f.format[1] = c'B', 0
+        elif strlen(view.format) < FORMAT_BYTES:
+            memcpy(f.format, view.format, strlen(view.format) + 1)
+        else:
+            PyBuffer_Release(view)
+            return False
+    f.kind = <void *>(<PyObject *>obj).ob_type
+    f.address = <char *>view.buf
+    f.nbytes = view.len
+    return True
+
+
+cdef inline bint same_form(Form *a, Form *b):
+    if (a.shape != b.shape or a.kind != b.kind or a.address != b.address or a.nbytes != b.nbytes
+            or a.count != b.count or a.displ != b.displ or a.datatype != b.datatype):
+        return False
+    if a.code != b.code:
+        if a.code == NULL or b.code == NULL or <object>a.code != <object>b.code:
+            return False
+    return a.format[0] == 0 or strcmp(a.format, b.format) == 0
+
+
+cdef class Held:
+    """A buffer export held for the duration of a call (as an MPI.buffer would be)."""
+    cdef Py_buffer view
+    cdef bint held
+
+    def __dealloc__(self):
+        if self.held:
+            PyBuffer_Release(&self.view)
+
+
+cdef Held _hold(Py_buffer *view):
+    cdef Held h = Held.__new__(Held)
+    h.view = view[0]
+    h.held = True
+    return h
+
+
+cdef class Binding:
+    """What the checks of one call found, and the key that recognises its repeats."""
+    cdef Form send, recv
+    cdef object op, straggler, algorithm, code_send, code_recv
+    cdef long epoch
+    cdef readonly object args          # the kept Args, without buffers
+    cdef readonly bint native          # one MPI_Allreduce from C
+    cdef Py_ssize_t send_offset, recv_offset
+    cdef MPI_Count count
+    cdef MPI_Datatype datatype
+    cdef MPI_Op mpi_op
+    cdef unsigned long used
+
+    cdef bint matches(self, Form *send, Form *recv, object op, object straggler, object algorithm):
+        if op is not self.op or self.epoch != _epoch or (<MPI.Op>op).ob_mpi != self.mpi_op:
+            return False
+        if straggler is not self.straggler and not (type(straggler) is type(self.straggler)
+                                                    and straggler == self.straggler):
+            return False
+        if algorithm is not self.algorithm and not (type(algorithm) is type(self.algorithm)
+                                                    and algorithm == self.algorithm):
+            return False
+        return same_form(&self.recv, recv) and (
+            (send.shape == IN_PLACE and self.send.shape == IN_PLACE) or same_form(&self.send, send))
+
+
+cdef class Bindings:
+    """A communicator's bindings (at most CAPACITY), and what its native hits did."""
+    cdef list entries
+    cdef unsigned long clock
+    cdef readonly unsigned long hits, misses, native_calls
+    cdef readonly double t_call, t_end     # of the last native hit
+    cdef readonly object policy            # of the last native hit
+    cdef public bint last_was_hit          # False once the Python path records a call
+
+    def __cinit__(self):
+        self.entries = []
+
+    def clear(self):
+        self.entries = []
+
+    def __len__(self):
+        return len(self.entries)
+
+    cdef Binding find(self, Form *send, Form *recv, object op, object straggler, object algorithm):
+        cdef Binding b
+        for item in self.entries:
+            b = <Binding>item
+            if b.matches(send, recv, op, straggler, algorithm):
+                self.clock += 1
+                b.used = self.clock
+                self.hits += 1
+                return b
+        self.misses += 1
+        return None
+
+    cdef void add(self, Binding b):
+        cdef Binding old
+        cdef Py_ssize_t i, oldest = 0
+        self.clock += 1
+        b.used = self.clock
+        if len(self.entries) < CAPACITY:
+            self.entries.append(b)
+            return
+        for i in range(1, CAPACITY):
+            if (<Binding>self.entries[i]).used < (<Binding>self.entries[oldest]).used:
+                oldest = i
+        self.entries[oldest] = b
+
+
+cdef int _allreduce(void *send, void *recv, MPI_Count count, MPI_Datatype datatype, MPI_Op op,
+                    MPI_Comm comm) noexcept nogil:
+    """The one MPI call of a native hit (large-count where the MPI has it: mpi_compat.h)."""
+    return smpi_allreduce(send, recv, count, datatype, op, comm)
+
+
+cdef object _state(object comm):
+    """The library's state of ``comm``, or None (without creating it)."""
+    cdef void *value = NULL
+    cdef int found = 0
+    if not _ready or not isinstance(comm, MPI.Comm):
+        return None
+    if MPI_Comm_get_attr((<MPI.Comm>comm).ob_mpi, _keyval, &value, &found) != MPI_SUCCESS or not found:
+        return None
+    return <object>value
+
+
+cdef object _native(Bindings bs, Binding b, MPI.Comm comm, Form *send, Form *recv):
+    cdef int ierr
+    cdef double t_call = MPI_Wtime()
+    cdef void *sbuf = MPI_IN_PLACE if send.shape == IN_PLACE else <void *>(send.address + b.send_offset)
+    cdef void *rbuf = <void *>(recv.address + b.recv_offset)
+    with nogil:
+        ierr = _allreduce(sbuf, rbuf, b.count, b.datatype, b.mpi_op, comm.ob_mpi)
+    if ierr != MPI_SUCCESS:
+        raise _MPI.Exception(ierr)
+    bs.native_calls += 1
+    bs.t_call, bs.t_end, bs.policy, bs.last_was_hit = t_call, MPI_Wtime(), b.args.policy, True
+    return None
+
+
+cdef object _bound(Binding b, object sendbuf, object recvbuf, Form *send, Form *recv,
+                   Py_buffer *sview, Py_buffer *rview):
+    """The kept Args bound to this call's memory (the exports move into the Messages)."""
+    k = b.args
+    kout = k.out
+    out = _Message(_hold(rview), _obj(recvbuf), <Py_ssize_t>(recv.address + b.recv_offset),
+                   kout.count, kout.datatype, kout.extent)
+    if send.shape == IN_PLACE:
+        src = out
+    else:
+        src = _Message(_hold(sview), _obj(sendbuf), <Py_ssize_t>(send.address + b.send_offset),
+                       kout.count, kout.datatype, kout.extent)
+    return k.rebound(sendbuf, recvbuf, out, src)
+
+
+cdef inline object _obj(object spec):
+    if PyList_CheckExact(spec) or PyTuple_CheckExact(spec):
+        return spec[0]
+    return spec
+
+
+cdef bint _read_send(object sendbuf, Form *send, Py_buffer *view):
+    if sendbuf is None or sendbuf is _IN_PLACE:
+        _clear(send, IN_PLACE)
+        return True
+    return read_form(sendbuf, False, send, view)
+
+
+cdef object _call(object comm, object sendbuf, object recvbuf, object op, object straggler,
+                  object algorithm):
+    cdef Form send, recv
+    cdef Py_buffer sview, rview
+    cdef Binding b = None
+    cdef Bindings bs = None
+    cdef bint readable = read_form(recvbuf, True, &recv, &rview)
+    if readable and not _read_send(sendbuf, &send, &sview):
+        PyBuffer_Release(&rview)
+        readable = False
+    state = _state(comm) if readable else None
+    if state is not None:
+        bs = <Bindings>state.bindings
+        b = bs.find(&send, &recv, op, straggler, algorithm)
+    if b is None:
+        if readable:
+            _release(&send, &sview, &rview)
+        args = _miss(comm, sendbuf, recvbuf, op, straggler, algorithm)
+        if args is not None and readable:
+            _keep(comm, args, &send, &recv, op, straggler, algorithm)
+        return None
+    if b.native:
+        try:
+            return _native(bs, b, <MPI.Comm>comm, &send, &recv)
+        finally:
+            _release(&send, &sview, &rview)
+    return _run(comm, state, _bound(b, sendbuf, recvbuf, &send, &recv, &sview, &rview))
+
+
+cdef inline void _release(Form *send, Py_buffer *sview, Py_buffer *rview):
+    PyBuffer_Release(rview)
+    if send.shape != IN_PLACE:
+        PyBuffer_Release(sview)
+
+
+cdef void _keep(object comm, object args, Form *send, Form *recv, object op, object straggler,
+                object algorithm) except *:
+    """A binding of a checked call (``args`` holds its messages, ``send``/``recv`` its key)."""
+    state = _state(comm)
+    if state is None or state.broken or not args.out.datatype.is_predefined:
+        return     # a derived datatype's handle may be freed and reused: checked every call
+    cdef Binding b = Binding.__new__(Binding)
+    b.send, b.recv = send[0], recv[0]
+    b.code_send = None if send.code == NULL else <object>send.code   # keeps the strings alive
+    b.code_recv = None if recv.code == NULL else <object>recv.code
+    b.op, b.straggler, b.algorithm, b.epoch = op, straggler, algorithm, _epoch
+    b.args, b.native = args.unbound(), args.native_from_c
+    b.recv_offset = args.out.address - <Py_ssize_t>recv.address
+    b.send_offset = 0 if send.shape == IN_PLACE else args.src.address - <Py_ssize_t>send.address
+    b.count = args.out.count
+    b.datatype = (<MPI.Datatype>args.out.datatype).ob_mpi
+    b.mpi_op = (<MPI.Op>op).ob_mpi
+    (<Bindings>state.bindings).add(b)
+
+
+def Allreduce(comm, sendbuf, recvbuf, op=_SUM, *, straggler=None, algorithm=None):
+    _call(comm, sendbuf, recvbuf, op, straggler, algorithm)
+
+
+def comm_allreduce(self, sendbuf, recvbuf, op=_SUM):
+    _call(self, sendbuf, recvbuf, op, None, None)
+
