@@ -189,25 +189,41 @@ _SLOT = 256   # bytes per rank in the first exchange: an 8-byte length, then the
 
 
 def _allgather_values(state, value, deadline):
-    """Every rank's ``value`` (JSON), in rank order: one fixed-size ``Iallgather``, and
-    an ``Iallgatherv`` of the full texts only when one does not fit (any length)."""
-    comm, phase = state.private, "the argument check (STRAGGLAR_VALIDATE)"
+    """Every rank's ``value`` (JSON), in rank order: a fixed-size exchange, and one of the
+    full texts only when one does not fit (any length)."""
+    comm = state.private
     n, text = comm.Get_size(), json.dumps(value).encode()
     head = np.zeros(_SLOT, np.uint8)
     head[:8] = np.frombuffer(np.int64(len(text)).tobytes(), np.uint8)
     head[8:8 + len(text)] = np.frombuffer(text[:_SLOT - 8], np.uint8)
-    heads = np.empty((n, _SLOT), np.uint8)
-    _wait(comm.Iallgather(head, heads), deadline, phase)
-    lengths = heads[:, :8].copy().view(np.int64)[:, 0]
-    if lengths.max() <= _SLOT - 8:
-        texts = [bytes(heads[r, 8:8 + lengths[r]]) for r in range(n)]
+    heads = _allgather(comm, head, [_SLOT] * n, deadline)
+    lengths = [int(np.frombuffer(bytes(h[:8]), np.int64)[0]) for h in heads]
+    if max(lengths) <= _SLOT - 8:
+        texts = [bytes(h[8:8 + k]) for h, k in zip(heads, lengths)]
     else:
-        whole = np.empty(int(lengths.sum()), np.uint8)
-        _wait(comm.Iallgatherv(np.frombuffer(text, np.uint8), [whole, lengths.tolist()]),
-              deadline, phase)
-        ends = np.cumsum(lengths)
-        texts = [bytes(whole[e - k:e]) for e, k in zip(ends, lengths)]
+        texts = [bytes(t) for t in _allgather(comm, np.frombuffer(text, np.uint8), lengths, deadline)]
     return [json.loads(t) for t in texts]
+
+
+def _allgather(comm, mine, sizes, deadline):
+    """Every rank's bytes (``sizes[r]`` from rank r).  Under a deadline the exchange is
+    point to point, so that a rank that does not come is named."""
+    n, rank, phase = comm.Get_size(), comm.Get_rank(), "the argument check (STRAGGLAR_VALIDATE)"
+    if not deadline:
+        whole = np.empty(sum(sizes), np.uint8)
+        _wait(comm.Iallgatherv(mine, [whole, sizes]), 0.0, phase)
+        return np.split(whole, np.cumsum(sizes)[:-1])
+    got = [np.empty(k, np.uint8) for k in sizes]
+    got[rank][:] = mine
+    others = [r for r in range(n) if r != rank]
+    tag = MPI.COMM_WORLD.Get_attr(MPI.TAG_UB) - 1     # the setup's tag is TAG_UB, rounds' < 32768
+    recvs = [comm.Irecv(got[r], r, tag) for r in others]
+    sends = [comm.Isend(mine, r, tag) for r in others]
+    if not _transport.wait(recvs + sends, deadline):
+        missing = [r for r, live in zip(others, _transport.unanswered(recvs)) if live]
+        _transport.cancel(recvs + sends)
+        raise Pending(missing, phase, missing=missing)
+    return got
 
 
 _FIELDS = ("algorithm", "straggler", "in place", "count", "datatype size", "datatype", "op")
