@@ -390,7 +390,7 @@ def test_native_buffer_untouched_after_a_timeout_on_the_repeat_path(comm):
 def test_missing_rank_with_device_buffers(comm, aware):
     timing_size(comm)
     from numba import cuda
-    n, late = comm.Get_size(), comm.Get_size() - 1
+    late = comm.Get_size() - 1
     host = np.ones(256, np.float32)
     recv = cuda.to_device(np.full(256, -1, np.float32))
 
