@@ -169,15 +169,33 @@ def _agree_on_straggler(private, straggler, deadline):
     sends = [private.Isend(mine, r, _tag()) for r in peers]
     done = wait(recvs + sends, deadline)
     silent = [] if done else [r for r, live in zip(peers, unanswered(recvs)) if live]
+    phase = f"the sub-communicator of the early ranks (first call with straggler={straggler})"
     if not done:
         cancel(recvs + sends)
+        for r in silent:     # a late rank that gets our value later must not go on to Create_group
+            private.Isend(_WITHDRAWN, r, _tag())
     other = [(r, int(v)) for r, v in zip(peers, theirs[:, 0]) if r not in silent and v != straggler]
     if other:
         raise Mismatch(f"stragglar_mpi: straggler= differs across ranks: rank {rank} passed "
                        f"{straggler}, " + ", ".join(f"rank {r} passed {v}" for r, v in other))
     if silent:
-        raise Pending(silent, f"the sub-communicator of the early ranks (first call with "
-                      f"straggler={straggler})")
+        raise Pending(silent, phase)
+    gave_up = [r for r in peers if _withdrawn(private, r)]
+    if gave_up:
+        raise Pending(gave_up, phase + f": rank(s) {', '.join(map(str, gave_up))} had given up "
+                      "waiting for this rank")
+
+
+_WITHDRAWN = np.array([-1], np.int64)   # "I gave up": sent after a timed-out agreement
+
+
+def _withdrawn(private, peer):
+    """Whether ``peer`` has already sent its withdrawal after the value we received."""
+    if not private.Iprobe(peer, _tag()):
+        return False
+    value = np.zeros(1, np.int64)
+    private.Recv(value, peer, _tag())
+    return value[0] == -1
 
 
 def _bounded(make, deadline, phase):
