@@ -8,10 +8,10 @@ MPI_Count; mpi_compat.h makes the large-count calls work on MPI-3.1 libraries to
 """
 from mpi4py cimport MPI
 from mpi4py.libmpi cimport (
-    MPI_Comm, MPI_Datatype, MPI_Op, MPI_Request, MPI_Count, MPI_Aint,
-    MPI_SUCCESS, MPI_REQUEST_NULL, MPI_STATUSES_IGNORE,
+    MPI_Comm, MPI_Datatype, MPI_Op, MPI_Request, MPI_Count, MPI_Aint, MPI_Status,
+    MPI_SUCCESS, MPI_REQUEST_NULL, MPI_STATUSES_IGNORE, MPI_ERR_IN_STATUS, MPI_ERR_PENDING,
     MPI_Testall, MPI_Test, MPI_Cancel, MPI_Request_free, MPI_STATUS_IGNORE,
-    MPI_Type_get_extent, MPI_BYTE, MPI_Wtime,
+    MPI_Type_get_extent, MPI_BYTE, MPI_Wtime, MPI_Get_elements_x,
 )
 from libc.string cimport memcpy
 from libc.stdint cimport int32_t, int64_t, uintptr_t
@@ -55,13 +55,15 @@ cdef enum:
 
 cdef enum:
     TIMED_OUT = -1
+    WRONG_SIZE = -2     # a receive completed with another size than the plan's
 
 
-cdef inline int _complete(MPI_Request *reqs, int n, double deadline) noexcept nogil:
+cdef inline int _complete(MPI_Request *reqs, int n, double deadline,
+                          MPI_Status *statuses=NULL) noexcept nogil:
     # Test and yield, never a blocking spin; TIMED_OUT once MPI_Wtime passes deadline (> 0).
     cdef int flag = 0, ierr = MPI_SUCCESS
     while True:
-        ierr = MPI_Testall(n, reqs, &flag, MPI_STATUSES_IGNORE)
+        ierr = MPI_Testall(n, reqs, &flag, statuses if statuses != NULL else MPI_STATUSES_IGNORE)
         if ierr != MPI_SUCCESS or flag:
             return ierr
         if deadline > 0 and MPI_Wtime() > deadline:
@@ -123,23 +125,56 @@ cdef int _reduce(char *a, char *b, int64_t n, int kernel, MPI_Datatype dtype, MP
 
 cdef struct Posted:
     MPI_Request *reqs
+    MPI_Status *statuses
     int *peers
+    int64_t *counts   # elements a receive expects; -1 for a send
     int n
     int cap
     double first      # MPI_Wtime when the first round of requests completed, or -1
     double deadline
+    int bad           # the request whose status is wrong (after WRONG_SIZE or an error), or -1
+    int64_t got       # elements it brought (WRONG_SIZE), or -1
+    int64_t round     # the round being completed
 
 
-cdef inline int _settle(Posted *p) noexcept nogil:
+cdef inline int _settle(Posted *p, MPI_Datatype dtype) noexcept nogil:
     cdef int ierr
     if p.n == 0:
         return MPI_SUCCESS
-    ierr = _complete(p.reqs, p.n, p.deadline)
+    ierr = _complete(p.reqs, p.n, p.deadline, p.statuses)
+    if ierr == MPI_ERR_IN_STATUS:
+        ierr = _status_error(p)
+    elif ierr == MPI_SUCCESS:
+        ierr = _check_sizes(p, dtype)
     if ierr == MPI_SUCCESS:
         p.n = 0
         if p.first < 0:
             p.first = MPI_Wtime()
     return ierr
+
+
+cdef int _status_error(Posted *p) noexcept nogil:
+    # MPI_ERR_IN_STATUS: the real error is in the status of the request that failed.
+    cdef int i, err
+    for i in range(p.n):
+        err = p.statuses[i].MPI_ERROR
+        if err != MPI_SUCCESS and err != MPI_ERR_PENDING:
+            p.bad = i
+            return err
+    return MPI_ERR_IN_STATUS
+
+
+cdef int _check_sizes(Posted *p, MPI_Datatype dtype) noexcept nogil:
+    # Every receive brought exactly what the plan expects (a short one would leave old data).
+    cdef int i
+    cdef MPI_Count got = 0
+    for i in range(p.n):
+        if p.counts[i] < 0:
+            continue
+        if MPI_Get_elements_x(&p.statuses[i], dtype, &got) != MPI_SUCCESS or got != p.counts[i]:
+            p.bad, p.got = i, got
+            return WRONG_SIZE
+    return MPI_SUCCESS
 
 
 cdef int _run(const int64_t[:, ::1] plan, char **bufs, MPI_Comm comm,
@@ -153,15 +188,19 @@ cdef int _run(const int64_t[:, ::1] plan, char **bufs, MPI_Comm comm,
         a = bufs[plan[i, 3]] + plan[i, 4]
         if plan[i, 1] != rnd or kind == REDUCE or kind == COPY:
             # A round starts, and local work begins, only when this rank's messages are done.
+            ierr = _settle(p, dtype)
             rnd = plan[i, 1]
-            ierr = _settle(p)
+            if ierr == MPI_SUCCESS:
+                p.round = rnd
         if ierr == MPI_SUCCESS and kind == RECV:
             p.peers[p.n] = <int>plan[i, 2]
+            p.counts[p.n] = plan[i, 5]
             ierr = smpi_irecv(a, <MPI_Count>plan[i, 5], dtype, <int>plan[i, 2],
                                <int>(rnd % TAG_MOD), comm, &p.reqs[p.n])
             p.n += 1
         elif ierr == MPI_SUCCESS and kind == SEND:
             p.peers[p.n] = <int>plan[i, 2]
+            p.counts[p.n] = -1
             ierr = smpi_isend(a, <MPI_Count>plan[i, 5], dtype, <int>plan[i, 2],
                                <int>(rnd % TAG_MOD), comm, &p.reqs[p.n])
             p.n += 1
@@ -171,7 +210,7 @@ cdef int _run(const int64_t[:, ::1] plan, char **bufs, MPI_Comm comm,
             memcpy(bufs[plan[i, 6]] + plan[i, 7], a, <size_t>(plan[i, 5] * extent))
         if ierr != MPI_SUCCESS:
             return ierr
-    return _settle(p)
+    return _settle(p, dtype)
 
 
 def execute(const int64_t[:, ::1] plan, tuple addresses, MPI.Comm comm,
@@ -192,27 +231,42 @@ def execute(const int64_t[:, ::1] plan, tuple addresses, MPI.Comm comm,
     MPI_Type_get_extent(dtype.ob_mpi, &lb, &extent)
     if plan.shape[0] and maxreq < 1:
         raise ValueError("maxreq must be positive")
-    p.reqs = <MPI_Request *>malloc(max(maxreq, 1) * sizeof(MPI_Request))
-    p.peers = <int *>malloc(max(maxreq, 1) * sizeof(int))
+    cdef int cap = max(maxreq, 1)
+    p.reqs = <MPI_Request *>malloc(cap * sizeof(MPI_Request))
+    p.statuses = <MPI_Status *>malloc(cap * sizeof(MPI_Status))
+    p.peers = <int *>malloc(cap * sizeof(int))
+    p.counts = <int64_t *>malloc(cap * sizeof(int64_t))
     p.n, p.cap, p.first, p.deadline = 0, maxreq, -1.0, deadline
-    if p.reqs == NULL or p.peers == NULL:
-        free(p.reqs)
-        free(p.peers)
-        raise MemoryError()
+    p.bad, p.got, p.round = -1, -1, -1
     try:
+        if p.reqs == NULL or p.statuses == NULL or p.peers == NULL or p.counts == NULL:
+            raise MemoryError()
         with nogil:
             ierr = _run(plan, bufs, comm.ob_mpi, dtype.ob_mpi, op.ob_mpi, extent, &p, kernel)
             if ierr != MPI_SUCCESS:
                 _abandon(p.reqs, p.n)
-        if ierr == TIMED_OUT:
-            from ._errors import Pending
-            raise Pending(sorted({p.peers[k] for k in range(p.n)}))
         if ierr != MPI_SUCCESS:
-            raise _MPI.Exception(ierr)
+            _raise(&p, ierr, dtype)
     finally:
         free(p.reqs)
+        free(p.statuses)
         free(p.peers)
+        free(p.counts)
     return p.first if p.first >= 0 else None
+
+
+cdef _raise(Posted *p, int ierr, MPI.Datatype dtype):
+    """The error of a failed run, naming the peer and the sizes where a message is at fault."""
+    from ._errors import Mismatch, Pending, size_message
+    if ierr == TIMED_OUT:
+        raise Pending(sorted({p.peers[k] for k in range(p.n)}))
+    if p.bad < 0:
+        raise _MPI.Exception(ierr)
+    peer, want = p.peers[p.bad], p.counts[p.bad]
+    if want < 0:   # a send failed: nothing about sizes to say
+        raise _MPI.Exception(ierr)
+    raise Mismatch(size_message(peer, p.round, want, p.got if ierr == WRONG_SIZE else -1,
+                                dtype, None if ierr == WRONG_SIZE else ierr))
 
 
 def ping(MPI.Comm comm, int peer, int nbytes, int tag=0):

@@ -23,7 +23,10 @@ def parse_args():
     p.add_argument("--delay-ms", type=float, default=20.0,
                    help="how late the last rank calls Allreduce each time (default 20)")
     p.add_argument("--native", action="store_true", help="keep plain mpi4py (skip the one-line switch)")
-    return p.parse_args()
+    args = p.parse_args()
+    if args.iters < 1 or not args.mib > 0 or not args.delay_ms >= 0:
+        p.error("--iters must be at least 1, --mib above 0 and --delay-ms at least 0")
+    return args
 
 
 def main():

@@ -45,7 +45,10 @@ def parse_args():
     p.add_argument("--delay-ms", type=float, default=5.0, help="how late the last rank arrives")
     p.add_argument("--algorithm", default="stragglar",
                    choices=["stragglar", "ring", "rhd", "direct", "native", "auto"])
-    return p.parse_args()
+    args = p.parse_args()
+    if args.count < 1 or args.iters < 1 or not args.delay_ms >= 0:
+        p.error("--count and --iters must be at least 1, --delay-ms at least 0")
+    return args
 
 
 def select_gpu(comm):

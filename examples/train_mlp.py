@@ -34,25 +34,39 @@ import stragglar_mpi  # noqa: E402
 FEATURES, CLASSES = 256, 10
 
 
-def parse_args():
+def at_least(low):
+    def parse(text):
+        value = int(text)
+        if value < low:
+            raise argparse.ArgumentTypeError(f"must be at least {low}, got {value}")
+        return value
+    return parse
+
+
+def parse_args(size):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--steps", type=int, default=30, help="training steps of each run")
-    p.add_argument("--hidden", type=int, default=2048,
+    p.add_argument("--steps", type=at_least(1), default=30, help="training steps of each run")
+    p.add_argument("--hidden", type=at_least(1), default=2048,
                    help="hidden units; gradients are about hidden*267*4 bytes")
-    p.add_argument("--batch", type=int, default=128, help="minibatch size per rank")
+    p.add_argument("--batch", type=at_least(1), default=128, help="minibatch size per rank")
     p.add_argument("--lr", type=float, default=None,
                    help="SGD learning rate, momentum 0.9 (default: %(default)s, meaning min(0.04, 40/hidden), "
                         "which is stable at any width)")
     p.add_argument("--slow-rank", type=int, default=-1, help="the persistently slow rank (-1: the last)")
-    p.add_argument("--slow-factor", type=int, default=8,
+    p.add_argument("--slow-factor", type=at_least(0), default=8,
                    help="extra forward passes the slow rank computes each step (0: no straggler)")
     p.add_argument("--algorithm", default="stragglar",
                    choices=["stragglar", "ring", "rhd", "direct", "native", "auto"],
                    help="stragglar_mpi algorithm for the second run")
     p.add_argument("--seed", type=int, default=0, help="seed for data and initial weights")
     p.add_argument("--quiet", action="store_true", help="print only the summary table")
-    return p.parse_args()
+    args = p.parse_args()
+    if not -1 <= args.slow_rank < size:
+        p.error(f"--slow-rank {args.slow_rank} is not a rank of {size} (0..{size - 1}, or -1: the last)")
+    if args.lr is not None and not args.lr > 0:
+        p.error(f"--lr must be positive, got {args.lr}")
+    return args
 
 
 # ---- data: a generated classification problem, the same on every rank ----
@@ -209,9 +223,9 @@ def summary(comm, args, runs, times, grad_bytes):
 
 
 def main():
-    args = parse_args()
     comm = MPI.COMM_WORLD
     rank, size = comm.Get_rank(), comm.Get_size()
+    args = parse_args(size)
     args.slow_rank %= size
     args.lr = args.lr or min(0.04, 40 / args.hidden)
     x, y = make_dataset(args.seed, 2048 * (size + 1))

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from collections import Counter
+import json
 from functools import lru_cache
 
 import numpy as np
@@ -10,7 +11,7 @@ from mpi4py import MPI
 from . import _config, _device, _features, _transport
 from ._args import check
 from ._buffers import Message
-from ._errors import Pending, StragglerTimeout
+from ._errors import Mismatch, Pending, StragglerTimeout
 from ._plan import compile_rounds
 from ._policy import SAMPLE_FIRST, SAMPLE_MAX, auto_algorithm, predict_straggler
 from ._report import log_of
@@ -45,12 +46,18 @@ def _call(comm, sendbuf, recvbuf, op, straggler, algorithm):
     t_call = MPI.Wtime()
     settings = _config.current()
     deadline = t_call + settings.timeout if settings.timeout else 0.0
-    if _device.is_device_call(sendbuf, recvbuf):
-        _device.allreduce(comm, sendbuf, recvbuf, op, straggler=straggler, algorithm=algorithm)
-        return None
-    checked = lambda: check(comm, sendbuf, recvbuf, op, straggler, algorithm, settings)  # noqa: E731
-    args = _same_everywhere(comm, checked, deadline) if settings.validate else checked()
-    _run_checked(comm, state_of(comm), args, settings, t_call, deadline)
+    try:
+        if not _supported(comm):
+            _plain(comm, sendbuf, recvbuf, op)
+            return None
+        if _device.is_device_call(sendbuf, recvbuf):
+            _device.allreduce(comm, sendbuf, recvbuf, op, straggler=straggler, algorithm=algorithm)
+            return None
+        checked = lambda: check(comm, sendbuf, recvbuf, op, straggler, algorithm, settings)  # noqa: E731
+        args = _same_everywhere(comm, checked, deadline) if settings.validate else checked()
+        _run_checked(comm, state_of(comm, deadline), args, settings, t_call, deadline)
+    except (Pending, Mismatch) as exc:
+        raise _failed(peek(comm), exc, settings.timeout) from None
     return None if settings.validate else args
 
 
@@ -59,16 +66,26 @@ def _run_bound(comm, state, args):
     t_call = MPI.Wtime()
     settings = _config.current()
     deadline = t_call + settings.timeout if settings.timeout else 0.0
-    _run_checked(comm, state, args, settings, t_call, deadline)
+    try:
+        _run_checked(comm, state, args, settings, t_call, deadline)
+    except (Pending, Mismatch) as exc:
+        raise _failed(state, exc, settings.timeout) from None
 
 
 def _run_checked(comm, state, args, settings, t_call, deadline):
     if state.broken:
         raise RuntimeError(f"stragglar_mpi: this communicator is unusable after: {state.broken}")
-    try:
-        _run(comm, state, args, settings, t_call, deadline)
-    except Pending as exc:
-        raise _timed_out(state, "phase 2 (the round schedule)", settings.timeout, exc.peers) from None
+    _run(comm, state, args, settings, t_call, deadline)
+
+
+def _supported(comm):
+    """Intracommunicators only; an intercommunicator (or any other kind) runs natively."""
+    return isinstance(comm, MPI.Intracomm) and not comm.Is_inter()
+
+
+def _plain(comm, sendbuf, recvbuf, op):
+    """mpi4py's own ``Allreduce`` on a communicator the library does not handle."""
+    MPI.Comm.Allreduce(comm, MPI.IN_PLACE if sendbuf is None else sendbuf, recvbuf, op)
 
 
 def _run(comm, state, args, settings, t_call, deadline):
@@ -93,12 +110,16 @@ def _run(comm, state, args, settings, t_call, deadline):
 
 
 def _native(comm, state, args, deadline):
-    for sendbuf, recvbuf in _native_pieces(args):
-        if not deadline:
+    if not deadline:
+        for sendbuf, recvbuf in _native_pieces(args):
             MPI.Intracomm.Allreduce(comm, sendbuf, recvbuf, args.op)
-            continue
-        request = MPI.Intracomm.Iallreduce(state.private, sendbuf, recvbuf, args.op)
-        _wait(state, request, deadline, "the native AllReduce")
+        return
+    if not args.out.datatype.is_predefined:
+        sendbuf = MPI.IN_PLACE if args.in_place else args.sendbuf
+        request = MPI.Intracomm.Iallreduce(state.private, sendbuf, args.recvbuf, args.op)
+        _wait(request, deadline, "the native AllReduce")
+        return
+    _native_on_scratch(state, args, deadline)
 
 
 def _native_pieces(args):
@@ -111,34 +132,72 @@ def _native_pieces(args):
             for start, length in cuts]
 
 
-def _wait(state, request, deadline, phase):
+def _native_on_scratch(state, args, deadline):
+    """Under a deadline MPI works on scratch memory, copied out on success: after a
+    timeout, the request that cannot be cancelled writes there, not into the caller's buffer."""
+    out, src = args.out, args.src
+    nbytes = out.count * out.extent
+    holes = out.datatype.Get_size() != out.extent       # pair types: keep the caller's padding
+    scratch = state.scratch(2 * nbytes if holes and not args.in_place else nbytes)
+    result = scratch[:nbytes]
+    result[:] = _bytes(out if holes else src, 0, out.count)
+    send = MPI.IN_PLACE
+    if holes and not args.in_place:
+        send = [scratch[nbytes:2 * nbytes], out.count, out.datatype]
+        send[0][:] = _bytes(src, 0, out.count)
+    request = MPI.Intracomm.Iallreduce(state.private, send, [result, out.count, out.datatype], args.op)
+    _wait(request, deadline, "the native AllReduce")
+    _bytes(out, 0, out.count)[:] = result
+
+
+def _wait(request, deadline, phase, peers=()):
     if not _transport.wait([request], deadline):
-        raise _timed_out(state, phase, None, ())
+        raise Pending(peers, phase)
 
 
-def _timed_out(state, phase, timeout, peers):
-    """The StragglerTimeout for this rank; marks the communicator's state unusable."""
-    missing = state.absent_ranks()
-    who = (f"rank(s) {', '.join(map(str, missing))} did not arrive" if missing
-           else f"no message came from rank(s) {', '.join(map(str, peers)) or '?'}")
-    limit = timeout or _config.timeout()
-    message = (f"stragglar_mpi: Allreduce timed out after {limit:g} s in {phase}: {who}. "
+_KEPT = []   # scratch that MPI may still write after a timeout: never freed
+
+
+def _failed(state, exc, timeout):
+    """The error for a call that cannot complete; marks the communicator's state unusable."""
+    if state is not None and state.bindings is not None:
+        state.bindings.clear()      # a broken state is never reached from the compiled entry
+    if isinstance(exc, Mismatch):
+        if state is not None:
+            state.broken = str(exc)
+        return exc
+    return _timed_out(state, exc, timeout)
+
+
+def _timed_out(state, pending, timeout):
+    """The StragglerTimeout of a ``Pending`` on this rank."""
+    phase = pending.phase or "phase 2 (the round schedule)"
+    missing = list(pending.missing) if pending.missing is not None else state.absent_ranks()
+    if missing:
+        who = f"rank(s) {', '.join(map(str, missing))} did not arrive"
+    elif pending.peers:
+        who = f"no message came from rank(s) {', '.join(map(str, pending.peers))}"
+    else:
+        who = "every rank arrived, so the others may have given up waiting for this one (see their errors)"
+    message = (f"stragglar_mpi: Allreduce timed out after {timeout:g} s in {phase}: {who}. "
                "This communicator's library state is now unusable; abort the job (comm.Abort()).")
     state.broken = message
-    if state.bindings is not None:
-        state.bindings.clear()
-    return StragglerTimeout(message, missing=missing, phase=phase, peers=peers)
+    _KEPT.append(state.scratch(0))
+    return StragglerTimeout(message, missing=missing, phase=phase, peers=pending.peers)
 
 
 def _same_everywhere(comm, check, deadline):
-    """Run ``check`` on every rank and compare the results; raise the same error everywhere."""
+    """Run ``check`` on every rank and compare the results; raise the same error everywhere.
+
+    Whatever ``check`` raises on one rank, that rank still takes part in the exchange,
+    so no rank is left waiting."""
     try:
         args, error = check(), None
-    except (ValueError, TypeError, BufferError, MPI.Exception) as exc:
+    except Exception as exc:      # any type: mpi4py raises KeyError for some specs
         args, error = None, exc
-    state = state_of(comm)
-    mine = repr(("error", f"{type(error).__name__}: {error}") if error else args.signature)
-    everyone = _allgather_text(state, mine, deadline)
+    state = state_of(comm, deadline)
+    mine = ["error", _describe(error)] if error is not None else list(args.signature)
+    everyone = _allgather_values(state, mine, deadline)
     problem = _mismatch(everyone)
     if error is not None:
         raise error
@@ -147,14 +206,52 @@ def _same_everywhere(comm, check, deadline):
     return args
 
 
-def _allgather_text(state, text, deadline):
-    n = state.private.Get_size()
-    raw = np.frombuffer(text.encode()[:4096].ljust(4096), np.uint8)
-    everyone = np.empty((n, 4096), np.uint8)
-    request = state.private.Iallgather(raw, everyone)
-    if not _transport.wait([request], deadline):
-        raise _timed_out(state, "the argument check (STRAGGLAR_VALIDATE)", None, ())
-    return [bytes(row).decode().rstrip() for row in everyone]
+def _describe(error):
+    try:
+        return f"{type(error).__name__}: {error}"
+    except Exception:
+        return type(error).__name__
+
+
+_SLOT = 256   # bytes per rank in the first exchange: an 8-byte length, then the text if it fits
+
+
+def _allgather_values(state, value, deadline):
+    """Every rank's ``value`` (JSON), in rank order: a fixed-size exchange, and one of the
+    full texts only when one does not fit (any length)."""
+    comm = state.private
+    n, text = comm.Get_size(), json.dumps(value).encode()
+    head = np.zeros(_SLOT, np.uint8)
+    head[:8] = np.frombuffer(np.int64(len(text)).tobytes(), np.uint8)
+    head[8:8 + len(text)] = np.frombuffer(text[:_SLOT - 8], np.uint8)
+    heads = _allgather(comm, head, [_SLOT] * n, deadline)
+    lengths = [int(np.frombuffer(bytes(h[:8]), np.int64)[0]) for h in heads]
+    if max(lengths) <= _SLOT - 8:
+        texts = [bytes(h[8:8 + k]) for h, k in zip(heads, lengths)]
+    else:
+        texts = [bytes(t) for t in _allgather(comm, np.frombuffer(text, np.uint8), lengths, deadline)]
+    return [json.loads(t) for t in texts]
+
+
+def _allgather(comm, mine, sizes, deadline):
+    """Every rank's bytes (``sizes[r]`` from rank r).  Under a deadline the exchange is
+    point to point, so that a rank that does not come is named."""
+    n, rank, phase = comm.Get_size(), comm.Get_rank(), "the argument check (STRAGGLAR_VALIDATE)"
+    if not deadline:
+        whole = np.empty(sum(sizes), np.uint8)
+        _wait(comm.Iallgatherv(mine, [whole, sizes]), 0.0, phase)
+        return np.split(whole, np.cumsum(sizes)[:-1])
+    got = [np.empty(k, np.uint8) for k in sizes]
+    got[rank][:] = mine
+    others = [r for r in range(n) if r != rank]
+    tag = MPI.COMM_WORLD.Get_attr(MPI.TAG_UB) - 1     # the setup's tag is TAG_UB, rounds' < 32768
+    recvs = [comm.Irecv(got[r], r, tag) for r in others]
+    sends = [comm.Isend(mine, r, tag) for r in others]
+    if not _transport.wait(recvs + sends, deadline):
+        missing = [r for r, live in zip(others, _transport.unanswered(recvs)) if live]
+        _transport.cancel(recvs + sends)
+        raise Pending(missing, phase, missing=missing)
+    return got
 
 
 _FIELDS = ("algorithm", "straggler", "in place", "count", "datatype size", "datatype", "op")
@@ -162,19 +259,17 @@ _FIELDS = ("algorithm", "straggler", "in place", "count", "datatype size", "data
 
 def _mismatch(everyone):
     """A readable account of what differs, naming the ranks; '' when all agree."""
-    import ast
-    errors = [f"rank {r}: {v[1]}" for r, v in enumerate(map(ast.literal_eval, everyone))
-              if v[0] == "error"]
+    errors = [f"rank {r}: {v[1]}" for r, v in enumerate(everyone) if v[0] == "error"]
     if errors:
         return "bad arguments on " + "; ".join(errors)
-    values = [ast.literal_eval(v) for v in everyone]
     parts = []
     for i, field in enumerate(_FIELDS):
         seen = {}
-        for rank, v in enumerate(values):
+        for rank, v in enumerate(everyone):
             seen.setdefault(v[i], []).append(rank)
         if len(seen) > 1:
-            groups = "; ".join(f"ranks {_ranges(r)}: {val!r}" for val, r in seen.items())
+            show = str if field == "op" else repr
+            groups = "; ".join(f"ranks {_ranges(r)}: {show(val)}" for val, r in seen.items())
             parts.append(f"{field} ({groups})")
     return ", ".join(parts)
 
@@ -214,7 +309,7 @@ def _roles(state, name, policy, nbytes, n, tracked=False, deadline=0.0):
             return name, policy
         straggler = arrivals.straggler(deadline)
         if straggler is None:
-            raise _timed_out(state, "the arrival of the early ranks", None, ())
+            raise Pending((), "the arrival of the early ranks")
         return name, straggler
     finally:
         arrivals.finish()
@@ -281,12 +376,16 @@ def _run_schedule(state, name, straggler, args, transport, deadline):
                          commutative, dt.handle)
     scratch_bytes = plan.scratch_bytes
     kind = PHASE1.get(name)
-    sub = state.early_comm(straggler) if kind else None  # every rank: same LRU order
+    sub = state.early_comm(straggler, deadline) if kind else None  # every rank: same LRU order
     if sub is not None:
         bounds = chunk_bounds(out.count, chunks)
-        scratch_bytes = max(scratch_bytes, max(b[1] for b in bounds) * extent)
-        started = _phase1(sub, kind, bounds, args, state.scratch(scratch_bytes))
-        _wait(state, started.request, deadline, f"phase 1 ({kind} among the early ranks)")
+        staged = bool(deadline)    # after a timeout MPI writes scratch, never the caller's buffer
+        phase1_count = out.count if kind == "allreduce" else max(b[1] for b in bounds)
+        if staged or args.in_place:
+            scratch_bytes = max(scratch_bytes, phase1_count * extent)
+        started = _phase1(sub, kind, bounds, args, state.scratch(scratch_bytes), staged)
+        _wait(started.request, deadline, f"phase 1 ({kind} among the early ranks)",
+              [r for r in range(n) if r not in (rank, straggler)])
         started.finish()
     scratch = state.scratch(scratch_bytes)
     t_p1 = MPI.Wtime()
@@ -316,22 +415,30 @@ class _Phase1:
             self.then()
 
 
-def _phase1(sub, kind, bounds, args, scratch):
-    """ReduceScatter (or AllReduce for "direct") among the early ranks, started."""
+def _phase1(sub, kind, bounds, args, scratch, staged=False):
+    """ReduceScatter (or AllReduce for "direct") among the early ranks, started.
+
+    The result lands in scratch, copied into the receive buffer by ``finish``, when
+    the call is in place or ``staged`` (under a deadline)."""
     src, out, op, count = args.src, args.out, args.op, args.out.count
     if sub.Get_size() == 1:     # one early rank (n = 2): its own data, at any count on any MPI
         if not args.in_place:
             _bytes(out, 0, count)[:] = _bytes(src, 0, count)
         return _Phase1(MPI.REQUEST_NULL)
+    send = _region(out if args.in_place else src, 0, count)
     if kind == "allreduce":
-        send = MPI.IN_PLACE if args.in_place else _region(src, 0, count)
-        return _Phase1(sub.Iallreduce(send, _region(out, 0, count), op))
-    offset, length = bounds[sub.Get_rank()]
-    counts = [b[1] for b in bounds]
-    if not args.in_place:
-        return _Phase1(sub.Ireduce_scatter(_region(src, 0, count), _region(out, offset, length), counts, op))
+        if not staged:
+            return _Phase1(sub.Iallreduce(MPI.IN_PLACE if args.in_place else send, _region(out, 0, count), op))
+        offset, length = 0, count
+        request = sub.Iallreduce(send, [scratch[:count * out.extent], count, out.datatype], op)
+    else:
+        offset, length = bounds[sub.Get_rank()]
+        counts = [b[1] for b in bounds]
+        if not (args.in_place or staged):
+            return _Phase1(sub.Ireduce_scatter(send, _region(out, offset, length), counts, op))
+        request = sub.Ireduce_scatter(send, [scratch[:length * out.extent], length, out.datatype],
+                                      counts, op)
     nbytes = length * out.extent
-    request = sub.Ireduce_scatter(_region(out, 0, count), [scratch[:nbytes], length, out.datatype], counts, op)
     dst = np.frombuffer(MPI.buffer.fromaddress(out.address + offset * out.extent, nbytes), np.uint8)
     return _Phase1(request, lambda: dst.__setitem__(slice(None), scratch[:nbytes]))
 

@@ -123,7 +123,11 @@ _OP_NAMES = {getattr(MPI, n).handle: n for n in
 
 
 def _op_name(op):
-    return _OP_NAMES.get(op.handle, "predefined") if op.is_predefined else "user-defined"
+    """'MPI.SUM' (names, not handles: Open MPI's handles are addresses, different per rank)."""
+    if not op.is_predefined:
+        return "a user-defined op"
+    name = _OP_NAMES.get(op.handle)
+    return f"MPI.{name}" if name else "a predefined op"
 
 
 def _type_name(datatype):

@@ -11,15 +11,15 @@ through the host ``Allreduce``, piece k+1 is copied in and piece k-1 copied out.
 """
 from __future__ import annotations
 
-import os
 from itertools import groupby
 
 import numpy as np
 from mpi4py import MPI
 
-from . import _config, _cuda, _kernels
+from . import _config, _cuda, _kernels, _transport
 from ._args import bytes_as_unsigned_char, check_op, check_straggler, decide
 from ._buffers import Message, is_in_place, resolve, validate
+from ._errors import Pending
 from ._plan import COPY, RECV, REDUCE, SEND
 from .schedule import PHASE1, chunk_bounds
 
@@ -98,16 +98,19 @@ def _staged(comm, src, out, op, straggler, algorithm):
     slots = _slots(min(_SLOTS, len(pieces)), slot_bytes)
     ins, outs = cuda.stream(), cuda.stream()
     fetched, freed = {}, {}
-    _fetch(src, pieces, 0, slots, ins, fetched, freed)
-    for i, (lo, n) in enumerate(pieces):
-        if i + 1 < len(pieces):
-            _fetch(src, pieces, i + 1, slots, ins, fetched, freed)
-        fetched.pop(i).synchronize()
-        slot = slots[i % len(slots)][:n * extent]
-        host_allreduce(comm, MPI.IN_PLACE, [slot, n, dt], op, straggler=straggler, algorithm=algorithm)
-        _copy(slot, out, lo * extent, to_host=False, stream=outs)
-        freed[i % len(slots)] = _record(outs)
-    outs.synchronize()
+    try:
+        _fetch(src, pieces, 0, slots, ins, fetched, freed)
+        for i, (lo, n) in enumerate(pieces):
+            if i + 1 < len(pieces):
+                _fetch(src, pieces, i + 1, slots, ins, fetched, freed)
+            fetched.pop(i).synchronize()
+            slot = slots[i % len(slots)][:n * extent]
+            host_allreduce(comm, MPI.IN_PLACE, [slot, n, dt], op, straggler=straggler, algorithm=algorithm)
+            _copy(slot, out, lo * extent, to_host=False, stream=outs)
+            freed[i % len(slots)] = _record(outs)
+    finally:   # no copy into the caller's buffer is left queued when the call raises
+        ins.synchronize()
+        outs.synchronize()
 
 
 def _pieces(count, extent):
@@ -159,22 +162,27 @@ def _aware(comm, name, policy, src, out, op, in_place):
     """The body of ``_allreduce.Allreduce`` with device pointers (keep the two in step)."""
     from . import _allreduce as host
     t_call, n = MPI.Wtime(), comm.Get_size()
+    timeout = _config.current().timeout
+    deadline = t_call + timeout if timeout else 0.0
     name = decide(name, n, out, op)
-    state = host.state_of(comm)
+    state = host.state_of(comm, deadline)
     straggler = None
-    if name != "native":
-        check_op(op, out.datatype)
-        name, straggler = host._roles(state, name, policy, out.count * out.extent, n)
+    if name != "native" or deadline:
+        if name != "native":
+            check_op(op, out.datatype)
+        name, straggler = host._roles(state, name, policy, out.count * out.extent, n,
+                                      tracked=bool(deadline), deadline=deadline)
     if name == "native":
-        MPI.Intracomm.Allreduce(comm, MPI.IN_PLACE if in_place else _region(src, 0, src.count),
-                                _region(out, 0, out.count), op)
+        send = MPI.IN_PLACE if in_place else _region(src, 0, src.count)
+        host._wait(MPI.Intracomm.Iallreduce(state.private, send, _region(out, 0, out.count), op),
+                   deadline, "the native AllReduce")
         host._record(state, name, None, policy, t_call, t_call, None, MPI.Wtime(), "cuda")
         return
-    t_p1, first = _run_schedule(host, state, name, straggler, src, out, op, in_place)
+    t_p1, first = _run_schedule(host, state, name, straggler, src, out, op, in_place, deadline)
     host._record(state, name, straggler, policy, t_call, t_p1, first, MPI.Wtime(), "cuda")
 
 
-def _run_schedule(host, state, name, straggler, src, out, op, in_place):
+def _run_schedule(host, state, name, straggler, src, out, op, in_place, deadline=0.0):
     """Phase 1 on the early ranks, then this rank's plan, all on device memory."""
     comm, dt, extent = state.private, out.datatype, out.extent
     rank, n = comm.Get_rank(), comm.Get_size()
@@ -183,35 +191,36 @@ def _run_schedule(host, state, name, straggler, src, out, op, in_place):
     scratch_bytes = plan.scratch_bytes
     kind = PHASE1.get(name)
     bounds = chunk_bounds(out.count, chunks)
-    sub = state.early_comm(straggler) if kind else None  # every rank: same LRU order
+    sub = state.early_comm(straggler, deadline) if kind else None  # every rank: same LRU order
     if sub is not None:
         scratch_bytes = max(scratch_bytes, max(b[1] for b in bounds) * extent)
     scratch = _cuda.scratch(scratch_bytes)
     stream = _cuda.numba_cuda().stream()
     if sub is not None:
-        _phase1(sub, kind, bounds, src, out, op, in_place, scratch, stream)
+        _phase1(sub, kind, bounds, src, out, op, in_place, scratch, stream,
+                lambda req: host._wait(req, deadline, f"phase 1 ({kind})"))
     t_p1 = MPI.Wtime()
     addresses = (src.address, out.address, _cuda.address_of(scratch))
     views = (_cuda.device_bytes(src.address, src.count * extent, src.obj),
              _cuda.device_bytes(out.address, out.count * extent, out.obj), scratch)
-    first = _execute(plan, addresses, views, comm, dt, _kernels.op_name(op), stream)
+    first = _execute(plan, addresses, views, comm, dt, _kernels.op_name(op), stream, deadline)
     return t_p1, first
 
 
-def _phase1(sub, kind, bounds, src, out, op, in_place, scratch, stream):
+def _phase1(sub, kind, bounds, src, out, op, in_place, scratch, stream, wait):
     """ReduceScatter (AllReduce for "direct") among the early ranks; MPI reduces on the device."""
     count = out.count
     if kind == "allreduce":
-        sub.Allreduce(MPI.IN_PLACE if in_place else _region(src, 0, count), _region(out, 0, count), op)
+        wait(sub.Iallreduce(MPI.IN_PLACE if in_place else _region(src, 0, count), _region(out, 0, count), op))
         return
     offset, length = bounds[sub.Get_rank()]
     counts = [b[1] for b in bounds]
     if not in_place:
-        sub.Reduce_scatter(_region(src, 0, count), _region(out, offset, length), counts, op)
+        wait(sub.Ireduce_scatter(_region(src, 0, count), _region(out, offset, length), counts, op))
         return
     nbytes = length * out.extent
     recv = [MPI.buffer.fromaddress(_cuda.address_of(scratch), nbytes), length, out.datatype]
-    sub.Reduce_scatter(_region(out, 0, count), recv, counts, op)
+    wait(sub.Ireduce_scatter(_region(out, 0, count), recv, counts, op))
     if nbytes:
         dst = _cuda.device_bytes(out.address + offset * out.extent, nbytes, out.obj)
         dst.copy_to_device(scratch[:nbytes], stream=stream)
@@ -224,37 +233,40 @@ def _region(msg, offset, count):
     return [MPI.buffer.fromaddress(msg.address + offset * extent, count * extent), count, msg.datatype]
 
 
-def _complete(reqs, first):
-    """Complete ``reqs`` with a test-and-yield loop; the time of the first completion."""
+def _complete(reqs, first, deadline=0.0, peers=()):
+    """Complete ``reqs`` with a test-and-yield loop; the time of the first completion.
+    Past ``deadline`` the requests are cancelled and ``Pending`` raised."""
     if not reqs:
         return first
-    while not MPI.Request.Testall(reqs):
-        os.sched_yield()
+    if not _transport.wait(reqs, deadline):
+        _transport.cancel(reqs)
+        raise Pending(sorted(set(peers)))
     reqs.clear()
     return MPI.Wtime() if first is None else first
 
 
-def _execute(plan, addresses, views, comm, dt, opname, stream):
+def _execute(plan, addresses, views, comm, dt, opname, stream, deadline=0.0):
     """Walk the plan round by round: messages on device pointers, then kernels and copies."""
     extent, dtype = dt.Get_extent()[1], np.dtype(dt.tocode())
     first = None
     for rnd, rows in groupby(plan.rows.tolist(), key=lambda row: row[1]):
-        reqs, queued = [], False
+        reqs, peers, queued = [], [], False
         for kind, _, peer, buf, off, count, buf2, off2 in rows:
             nbytes = count * extent
             if kind in (RECV, SEND):
                 spec = [MPI.buffer.fromaddress(addresses[buf] + off, nbytes), count, dt]
                 post = comm.Irecv if kind == RECV else comm.Isend
                 reqs.append(post(spec, peer, rnd % 32768))
+                peers.append(peer)
                 continue
-            first = _complete(reqs, first)
+            first = _complete(reqs, first, deadline, peers)
             a, b = views[buf][off:off + nbytes], views[buf2][off2:off2 + nbytes]
             if kind == REDUCE:
                 _kernels.reduce(a.view(dtype), b.view(dtype), opname, stream)
             elif kind == COPY:
                 b.copy_to_device(a, stream=stream)
             queued = True
-        first = _complete(reqs, first)
+        first = _complete(reqs, first, deadline, peers)
         if queued:  # the next round may send what these rows wrote
             stream.synchronize()
     return first

@@ -19,8 +19,34 @@ class StragglerTimeout(TimeoutError):
 
 
 class Pending(Exception):
-    """Internal: the executor gave up waiting; ``peers`` had not answered."""
+    """Internal: a wait under the deadline gave up; ``peers`` had not answered.
 
-    def __init__(self, peers):
+    ``phase`` says what was waited for (None: phase 2); ``missing`` is set when
+    the peers are known not to have entered the call (the setup's presence check).
+    """
+
+    def __init__(self, peers, phase=None, missing=None):
         super().__init__(peers)
         self.peers = tuple(peers)
+        self.phase = phase
+        self.missing = None if missing is None else tuple(missing)
+
+
+class Mismatch(ValueError):
+    """Arguments that differ across ranks, found while messages were in flight (a message
+    of another size than the plan expects, another straggler value).  The library state
+    of the communicator is then unusable (messages were abandoned)."""
+
+
+def size_message(peer, rnd, want, got, datatype, ierr=None):
+    """What a ``Mismatch`` of message sizes says; ``got`` -1: larger than expected
+    (MPI's truncation error ``ierr``)."""
+    unit = f"elements of {datatype.Get_name() or 'the datatype'}"
+    what = (f"brought {got} {unit} where this rank's plan expects {want}" if got >= 0
+            else f"was larger than the {want} {unit} this rank's plan expects")
+    text = (f"stragglar_mpi: the message from rank {peer} in round {rnd} {what}: the ranks "
+            "passed different counts or datatypes (STRAGGLAR_VALIDATE=1 names the ranks)")
+    if ierr is not None:
+        from mpi4py import MPI
+        text += f" [MPI: {MPI.Exception(MPI.Exception(ierr).Get_error_class()).Get_error_string()}]"
+    return text

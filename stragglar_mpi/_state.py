@@ -4,17 +4,31 @@ Our messages travel on a private duplicate, so a user's point-to-point traffic o
 the same communicator is never matched by ours.  Sub-communicators of the early
 ranks are made with ``Create_group``, which only the early ranks call: the
 straggler is never waited for while they are built.
+
+Every collective step here runs under the call's deadline (an MPI_Wtime, 0 = none).
+MPI has no nonblocking form of window creation or of ``Create_group``, so each
+blocking step comes after a nonblocking one that proves every member is there:
+- the setup (first call): with a deadline, a presence message from every member
+  (zero bytes, on the caller's communicator, tag MPI_TAG_UB) names the ranks that
+  did not come; then ``Idup`` waited with the deadline; once it completes every
+  member is in the setup, so the key broadcast and the window creation cannot hang;
+- a sub-communicator (first call with a straggler value): every early rank sends
+  its straggler value to the other early ranks and waits for theirs with the
+  deadline; ``Create_group`` follows only when all agree.
 """
 from __future__ import annotations
 
 import atexit
 import os
+import threading
 import weakref
 from collections import Counter, OrderedDict, deque
 
 import numpy as np
 from mpi4py import MPI
 
+from ._errors import Mismatch, Pending
+from ._transport import cancel, unanswered, wait
 try:
     from . import _bind
 except ImportError:   # a source checkout without the build
@@ -23,14 +37,13 @@ except ImportError:   # a source checkout without the build
 _TAG_SUBCOMM = 4242
 #: Sub-communicators of early ranks kept per user communicator (MPICH has ~2048 context ids).
 EARLY_COMMS = 8
+_SETUP = "the setup of this communicator (its first call)"
 
 
 class State:
-    def __init__(self, comm):
-        self.private = MPI.Intracomm(MPI.Intracomm.Dup(comm))
-        # The same key on every member: windows are freed at exit in key order,
-        # so ranks that share several communicators never wait on each other crosswise.
-        self.key = self.private.bcast((MPI.Wtime(), os.getpid(), id(self)), root=0)
+    def __init__(self):
+        self.private = None
+        self.key = None
         self.early_comms = OrderedDict()  # straggler -> its early ranks' comm (None on it), LRU
         self.calls = Counter()
         self.last = None                  # the last call, as _allreduce._record keeps it
@@ -42,9 +55,26 @@ class State:
         self.bindings = _bind.Bindings() if _bind else None   # earlier calls' checks (_bind.pyx)
         self.log = None                   # what tracked calls ran, for the report (_report.Log)
         self._arrivals = None
+        self._scratch = np.empty(0, dtype=np.uint8)
+
+    def setup(self, comm, deadline=0.0):
+        """The collective part, in the first call on ``comm`` (see the module's docstring)."""
+        if deadline and comm.Get_size() > 1:
+            _presence(comm, deadline)
+        private, request = MPI.Intracomm.Idup(comm)
+        if not wait([request], deadline):
+            others = [r for r in range(comm.Get_size()) if r != comm.Get_rank()]
+            raise Pending(others, _SETUP + ": the other ranks did not join its duplicate "
+                          "(they may have given up waiting for this rank)")
+        self.private = MPI.Intracomm(private)
+        _bounded(self._collective_setup, deadline, _SETUP)
+
+    def _collective_setup(self):
+        # The same key on every member: windows are freed at exit in key order,
+        # so ranks that share several communicators never wait on each other crosswise.
+        self.key = self.private.bcast((MPI.Wtime(), os.getpid(), id(self)), root=0)
         if self.private.Get_size() > 1:
             self.arrivals()   # collective, like the Dup: both happen in the first call only
-        self._scratch = np.empty(0, dtype=np.uint8)
 
     def arrivals(self):
         """The shared arrival table (made collectively with the state, in the first call)."""
@@ -68,7 +98,7 @@ class State:
             self._arrivals.free()
         self._arrivals = None
 
-    def early_comm(self, straggler):
+    def early_comm(self, straggler, deadline=0.0):
         """Intracomm of every rank but ``straggler``, in rank order; None on the straggler.
 
         Call it on every rank, the straggler too, with the same straggler: the LRU
@@ -86,9 +116,11 @@ class State:
                 old.Free()
         sub = None
         if self.private.Get_rank() != straggler:
+            _agree_on_straggler(self.private, straggler, deadline)
             group = self.private.Get_group()
             early = group.Excl([straggler])
-            sub = self.private.Create_group(early, _TAG_SUBCOMM)
+            sub = _bounded(lambda: self.private.Create_group(early, _TAG_SUBCOMM), deadline,
+                           f"the sub-communicator of the early ranks (straggler={straggler})")
             early.Free()
             group.Free()
         comms[straggler] = sub
@@ -107,7 +139,95 @@ class State:
             if sub is not None:
                 sub.Free()
         self.early_comms.clear()
-        self.private.Free()
+        if self.private is not None:
+            self.private.Free()
+
+
+def _presence(comm, deadline):
+    """Wait until every member of ``comm`` has entered the setup; Pending names those
+    that have not by ``deadline``."""
+    rank, n = comm.Get_rank(), comm.Get_size()
+    tag, empty = _tag(), bytearray(0)
+    others = [r for r in range(n) if r != rank]
+    recvs = [comm.Irecv([bytearray(0), MPI.BYTE], r, tag) for r in others]
+    sends = [comm.Isend([empty, MPI.BYTE], r, tag) for r in others]
+    if not wait(recvs + sends, deadline):
+        missing = [r for r, live in zip(others, unanswered(recvs)) if live]
+        cancel(recvs + sends)
+        raise Pending(missing, _SETUP, missing=missing)
+
+
+def _tag():
+    """The library's tag for its setup messages: the largest (round tags are below 32768)."""
+    return MPI.COMM_WORLD.Get_attr(MPI.TAG_UB)
+
+
+def _agree_on_straggler(private, straggler, deadline):
+    """Before ``Create_group`` (which blocks): every early rank has come with the same
+    straggler value.  Pending names the early ranks not heard from by ``deadline``;
+    another value raises Mismatch naming the ranks that passed it."""
+    rank, n = private.Get_rank(), private.Get_size()
+    peers = [r for r in range(n) if r not in (rank, straggler)]
+    mine = np.array([straggler], np.int64)
+    theirs = np.full((len(peers), 1), -1, np.int64)
+    recvs = [private.Irecv(theirs[k], r, _tag()) for k, r in enumerate(peers)]
+    sends = [private.Isend(mine, r, _tag()) for r in peers]
+    done = wait(recvs + sends, deadline)
+    silent = [] if done else [r for r, live in zip(peers, unanswered(recvs)) if live]
+    phase = f"the sub-communicator of the early ranks (first call with straggler={straggler})"
+    if not done:
+        cancel(recvs + sends)
+        for r in silent:     # a late rank that gets our value later must not go on to Create_group
+            private.Isend(_WITHDRAWN, r, _tag())
+    other = [(r, int(v)) for r, v in zip(peers, theirs[:, 0]) if r not in silent and v != straggler]
+    if other:
+        raise Mismatch(f"stragglar_mpi: straggler= differs across ranks: rank {rank} passed "
+                       f"{straggler}, " + ", ".join(f"rank {r} passed {v}" for r, v in other))
+    if silent:
+        raise Pending(silent, phase)
+    gave_up = [r for r in peers if _withdrawn(private, r)]
+    if gave_up:
+        raise Pending(gave_up, phase + f": rank(s) {', '.join(map(str, gave_up))} had given up "
+                      "waiting for this rank")
+
+
+_WITHDRAWN = np.array([-1], np.int64)   # "I gave up": sent after a timed-out agreement
+
+
+def _withdrawn(private, peer):
+    """Whether ``peer`` has already sent its withdrawal after the value we received."""
+    if not private.Iprobe(peer, _tag()):
+        return False
+    value = np.zeros(1, np.int64)
+    private.Recv(value, peer, _tag())
+    return value[0] == -1
+
+
+def _bounded(make, deadline, phase):
+    """``make()``, a blocking collective, given up at ``deadline``: it runs in a thread
+    that stays blocked (with the state unusable) if the other members gave up after
+    they proved present.  Without a deadline or MPI_THREAD_MULTIPLE, called directly."""
+    if not deadline or MPI.Query_thread() != MPI.THREAD_MULTIPLE:
+        return make()
+    result = []
+
+    def run():
+        try:
+            result.append((True, make()))
+        except BaseException as exc:    # handed to the caller's thread
+            result.append((False, exc))
+
+    worker = threading.Thread(target=run, daemon=True, name="stragglar_mpi blocking setup")
+    worker.start()
+    while worker.is_alive() and MPI.Wtime() < deadline:
+        worker.join(0.001)
+    if not result:
+        raise Pending((), phase + ": the other members did not complete it (they may have "
+                      "given up waiting for this rank)")
+    ok, value = result[0]
+    if not ok:
+        raise value
+    return value
 
 
 _WITH_WINDOWS = weakref.WeakSet()
@@ -128,11 +248,22 @@ def _delete(comm, keyval, state):
 KEYVAL = MPI.Comm.Create_keyval(delete_fn=_delete)
 
 
-def state_of(comm) -> State:
+def state_of(comm, deadline=0.0) -> State:
+    """The state of ``comm``, set up collectively in its first call (under ``deadline``).
+
+    A setup that fails leaves a state behind that says why (``broken``), so that a
+    later call raises instead of starting a second, mismatched setup."""
     state = comm.Get_attr(KEYVAL)
     if state is None:
-        state = State(comm)
+        state = State()
         comm.Set_attr(KEYVAL, state)
+        try:
+            state.setup(comm, deadline)
+        except BaseException as exc:
+            state.broken = state.broken or f"its setup failed ({type(exc).__name__}: {exc})"
+            raise
+    elif state.broken:
+        raise RuntimeError(f"stragglar_mpi: this communicator is unusable after: {state.broken}")
     return state
 
 

@@ -11,7 +11,7 @@ import warnings
 from mpi4py import MPI
 
 from . import _config, _features
-from ._errors import Pending
+from ._errors import Mismatch, Pending, size_message
 from ._plan import COPY, RECV, REDUCE, SEND
 
 try:
@@ -60,17 +60,18 @@ def _execute_python(plan, addresses, comm, datatype, op, deadline):
     for kind, rnd, peer, buf, off, count, buf2, off2 in plan.rows.tolist():
         if rnd != current or kind in (REDUCE, COPY):
             # A round starts, and local work begins, only when this rank's messages are done.
-            first, current = _complete(posted, first, deadline), rnd
+            first, current = _complete(posted, first, deadline, datatype), rnd
         spec = [MPI.buffer.fromaddress(addresses[buf] + off, count * extent), count, datatype]
         if kind in (RECV, SEND):
-            posted.append((_post(comm, kind, spec, peer, rnd % 32768), peer))
+            posted.append((_post(comm, kind, spec, peer, rnd % 32768), peer,
+                           count if kind == RECV else -1, rnd))
         elif kind == REDUCE:
             for start, length in _features.pieces(count):
                 op.Reduce_local(_part(addresses[buf] + off, start, length, datatype, extent),
                                 _part(addresses[buf2] + off2, start, length, datatype, extent))
         elif kind == COPY:
             MPI.buffer.fromaddress(addresses[buf2] + off2, count * extent)[:] = spec[0]
-    return _complete(posted, first, deadline)
+    return _complete(posted, first, deadline, datatype)
 
 
 def _post(comm, kind, spec, peer, tag):
@@ -91,26 +92,53 @@ def _part(address, start, length, datatype, extent):
     return [MPI.buffer.fromaddress(address + start * extent, length * extent), length, datatype]
 
 
-def _complete(posted, first, deadline):
-    """Complete the posted requests with a test-and-yield loop (never a blocking spin)."""
+def _complete(posted, first, deadline, datatype):
+    """Complete the posted requests with a test-and-yield loop (never a blocking spin);
+    every receive must bring the count the plan expects."""
     if not posted:
         return first
-    reqs = [r for r, _ in posted]
-    if not wait(reqs, deadline):
-        peers = sorted({p for r, p in posted if r})
+    reqs = [r for r, *_ in posted]
+    statuses = [MPI.Status() for _ in reqs]
+    try:
+        done = wait(reqs, deadline, statuses)
+    except MPI.Exception as exc:
+        cancel(reqs)
+        raise _status_error(exc, posted, statuses, datatype) from None
+    if not done:
+        peers = sorted({p for (_, p, *_), live in zip(posted, unanswered(reqs)) if live})
         cancel(reqs)
         raise Pending(peers)
+    for (_, peer, want, rnd), status in zip(posted, statuses):
+        if want >= 0 and status.Get_elements(datatype) != want:
+            raise Mismatch(size_message(peer, rnd, want, status.Get_elements(datatype), datatype))
     posted.clear()
     return MPI.Wtime() if first is None else first
 
 
-def wait(reqs, deadline=0.0) -> bool:
+def _status_error(exc, posted, statuses, datatype):
+    """MPI_ERR_IN_STATUS turned into the error of the receive that failed."""
+    if exc.Get_error_class() != MPI.ERR_IN_STATUS:
+        return exc
+    for (_, peer, want, rnd), status in zip(posted, statuses):
+        err = status.Get_error()
+        if want >= 0 and err not in (MPI.SUCCESS, MPI.ERR_PENDING):
+            return Mismatch(size_message(peer, rnd, want, -1, datatype, err))
+    return exc
+
+
+def wait(reqs, deadline=0.0, statuses=None) -> bool:
     """Test and yield until ``reqs`` complete (True) or MPI_Wtime passes ``deadline`` (False)."""
-    while not MPI.Request.Testall(reqs):
+    while not MPI.Request.Testall(reqs, statuses):
         if deadline and MPI.Wtime() > deadline:
             return False
         os.sched_yield()
     return True
+
+
+def unanswered(reqs):
+    """Which of ``reqs`` are still pending, each tested once (Testall completes none of
+    them unless it completes all)."""
+    return [bool(r) and not r.Test() for r in reqs]
 
 
 def cancel(reqs):

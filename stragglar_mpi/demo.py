@@ -69,6 +69,12 @@ def main(argv=None) -> int:
     p.add_argument("--delay", type=float, default=300.0, help="straggler delay in ms (default 300)")
     p.add_argument("--iters", type=int, default=5, help="timed iterations after one warm-up (default 5)")
     args = p.parse_args(argv)
+    if args.iters < 1:
+        p.error(f"--iters must be at least 1, got {args.iters}")
+    if args.size < 4:
+        p.error(f"--size must hold one float32 (4 bytes), got {args.size}")
+    if not 0 <= args.delay < float("inf"):
+        p.error(f"--delay must be a finite number of ms, at least 0; got {args.delay:g}")
     comm = MPI.COMM_WORLD
     n = comm.Get_size()
     if comm.Get_rank() == 0:

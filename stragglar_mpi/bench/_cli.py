@@ -74,6 +74,19 @@ def parse_straggler(text: str):
     raise argparse.ArgumentTypeError(f"--straggler takes a rank, 'random' or 'none', not {text!r}")
 
 
+def _at_least(low):
+    def parse(text):
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"must be at least {low}, got {value}")
+        return value
+    parse.__name__ = f"integer >= {low}"
+    return parse
+
+
 def parse_algorithms(text: str) -> tuple:
     names = tuple(a.strip().lower() for a in text.split(",") if a.strip())
     unknown = [a for a in names if a not in _run.VARIANTS or a == "bound"]
@@ -87,7 +100,8 @@ class _Help(argparse.HelpFormatter):
     """Shows a flag's default unless it has none."""
 
     def _get_help_string(self, action):
-        if action.default is None or action.default is False or "default" in action.help:
+        if (action.default in (None, False, argparse.SUPPRESS) or "default" in action.help
+                or action.option_strings == ["-h", "--help"]):
             return action.help
         return action.help + " (default: %(default)s)"
 
@@ -101,27 +115,30 @@ def parser() -> argparse.ArgumentParser:
     a = p.add_argument
     a("-b", "--minbytes", type=parse_size, default="1M", help="smallest buffer (8, 64K, 1M, ...)")
     a("-e", "--maxbytes", type=parse_size, default="64M", help="largest buffer")
-    a("-f", "--stepfactor", type=int, default=2, help="multiply the size by this between steps")
-    a("-n", "--iters", type=int, default=10, help="timed iterations per size and algorithm")
-    a("--min-iters", type=int, default=3, help="never fewer timed iterations than this")
+    a("-f", "--stepfactor", type=_at_least(1), default=2,
+      help="multiply the size by this between steps (1: one size)")
+    a("-n", "--iters", type=_at_least(1), default=10, help="timed iterations per size and algorithm")
+    a("--min-iters", type=_at_least(1), default=3, help="never fewer timed iterations than this")
     a("--shrink-above", type=parse_size, default="32M",
       help="above this size the iterations shrink in proportion to the size")
-    a("-w", "--warmup", type=int, default=1, help="untimed iterations (no delay) per size and algorithm")
+    a("-w", "--warmup", type=_at_least(0), default=1, help="untimed iterations (no delay) per size and algorithm")
     a("-d", "--datatype", choices=_data.DTYPES, default="float32", help="element type")
     a("-o", "--op", choices=sorted(_data.OPS), default="sum", help="reduction")
     a("--delay", type=parse_delay, default="100",
       help="the straggler's delay in ms: MS, fixed:MS, uniform:LO:HI, exp:MEAN or normal:MEAN:SD")
-    a("--delay-per-mib", type=float, default=0.0,
+    a("--delay-per-mib", type=_non_negative, default=0.0,
       help="ms added to the delay per MiB of buffer, so large sizes still hide the ReduceScatter")
     a("--straggler", type=parse_straggler, default=None,
       help="the late rank: a rank, 'random' (redrawn each iteration, same on all ranks) or "
            "'none' (nobody sleeps; use with --delay 0); default: the last rank")
-    a("--roles", choices=("given", "arrival", "predict"), default="given",
+    a("--roles", choices=("given", "arrival", "predict"), default=None,
       help="what the library is told: 'given' passes the late rank as straggler=; 'arrival' and "
-           "'predict' let the library find it (straggler='arrival' / 'predict')")
+           "'predict' let the library find it (straggler='arrival' / 'predict'); "
+           "default: given, or arrival with --scenario")
     a("--scenario", choices=("persistent", "moving", "none"), default=None,
       help="shorthand: persistent = the last rank late every time; moving = a random rank each "
-           "iteration; none = nobody late (--delay 0); all with --roles arrival unless given")
+           "iteration; none = nobody late (--delay 0); all with --roles arrival unless given; "
+           "sets the straggler, so not with --straggler")
     a("--seed", type=int, default=0, help="seed of the straggler and delay draws")
     a("-a", "--algorithms", type=parse_algorithms, default="native,ring,rhd,stragglar,auto",
       help="comma-separated, from native (plain comm.Allreduce), ring, rhd, stragglar, direct, auto; "
@@ -130,13 +147,33 @@ def parser() -> argparse.ArgumentParser:
       help="skip the lower bound (the straggler and a partner swap the whole buffer)")
     a("--check", choices=("first", "all", "none"), default="first",
       help="which timed iterations are validated (receive buffer poisoned first, wrong elements counted)")
-    a("--alpha", type=float, default=None, help="model latency in us (default: measured, 8 B ping-pong)")
-    a("--bandwidth", type=float, default=None,
+    a("--alpha", type=_non_negative, default=None,
+      help="model latency in us (default: measured, 8 B ping-pong)")
+    a("--bandwidth", type=_positive, default=None,
       help="model bandwidth in GB/s (default: measured, ping-pong of the largest size up to 64M)")
     a("--json", metavar="FILE", help="write every result and the configuration as JSON")
     a("--plot", metavar="FILE.png", help="plot post-arrival speedup over native against size (matplotlib)")
     a("-q", "--quiet", action="store_true", help="no progress lines on stderr")
     return p
+
+
+def _number(text, low, strict):
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not (value > low if strict else value >= low) or value != value or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be {'above' if strict else 'at least'} {low:g} "
+                                         f"and finite, got {text!r}")
+    return value
+
+
+def _positive(text):
+    return _number(text, 0.0, True)
+
+
+def _non_negative(text):
+    return _number(text, 0.0, False)
 
 
 def sizes(args) -> list:
@@ -159,8 +196,7 @@ def main(argv=None, comm=None) -> int:
     """Run the benchmark on ``comm`` (default COMM_WORLD); every rank must call it."""
     comm = MPI.COMM_WORLD if comm is None else comm
     args = parser().parse_args(argv)
-    _apply_scenario(args, comm.Get_size(), argv or [])
-    problem = _problem(args, comm)
+    problem = _scenario_problem(args) or _apply_scenario(args, comm.Get_size()) or _problem(args, comm)
     if problem:
         if comm.Get_rank() == 0:
             print(f"stragglar_mpi.bench: {problem}", file=sys.stderr)
@@ -169,26 +205,61 @@ def main(argv=None, comm=None) -> int:
     return 0
 
 
-def _apply_scenario(args, n, argv):
+def _scenario_problem(args):
+    if args.scenario is not None and args.straggler is not None:
+        return f"--scenario {args.scenario} chooses the late rank: give --scenario or --straggler, not both"
+    return None
+
+
+def _apply_scenario(args, n):
     if args.scenario is None:
+        args.roles = args.roles or "given"
         return
     args.straggler = {"persistent": str(n - 1), "moving": "random", "none": "none"}[args.scenario]
     if args.scenario == "none":
         args.delay = parse_delay("0")
-    if "--roles" not in argv:
-        args.roles = "arrival"
+    args.roles = args.roles or "arrival"
 
 
 def _problem(args, comm):
+    """What is wrong with the command line, found before any work (every rank alike)."""
     n = comm.Get_size()
     if n < 2:
         return "needs at least 2 ranks (mpiexec -n N ...)"
     if current_settings().algo:
         return "unset STRAGGLAR_ALGO: it would force one algorithm on every row"
     if args.straggler not in (None, "random", "none") and int(args.straggler) >= n:
-        return f"--straggler {args.straggler} is not a rank of {n}"
+        return f"--straggler {args.straggler} is not a rank of {n} (0..{n - 1})"
+    if args.minbytes > args.maxbytes:
+        return (f"-b/--minbytes {format_size(args.minbytes)} is larger than -e/--maxbytes "
+                f"{format_size(args.maxbytes)}")
     if not [s for s in sizes(args) if s >= np.dtype(args.datatype).itemsize]:
-        return "no size in the sweep holds one element"
+        return (f"no size in the sweep holds one {args.datatype} element "
+                f"({np.dtype(args.datatype).itemsize} bytes)")
+    return _output_problem(args.json, "--json") or _output_problem(args.plot, "--plot") or _plot_problem(args)
+
+
+def _output_problem(path, flag):
+    """Whether ``path`` can be written (checked before the sweep, not after it)."""
+    if not path:
+        return None
+    folder = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path):
+        return f"{flag} {path} is a directory"
+    if not os.path.isdir(folder):
+        return f"{flag} {path}: the directory {folder} does not exist"
+    if not os.access(folder, os.W_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
+        return f"{flag} {path}: not writable"
+    return None
+
+
+def _plot_problem(args):
+    if not args.plot:
+        return None
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return '--plot needs matplotlib: pip install "stragglar_mpi[plot]"'
     return None
 
 

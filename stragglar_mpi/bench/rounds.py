@@ -23,7 +23,7 @@ from mpi4py import MPI
 from .. import Allreduce, _transport, configure
 from .._plan import RECV
 from . import _clock
-from ._cli import parse_delay, parse_size
+from ._cli import _at_least, parse_delay, parse_size
 
 _LOG = []
 
@@ -108,10 +108,15 @@ def main(argv=None, comm=None) -> int:
     p = argparse.ArgumentParser(prog="python -m stragglar_mpi.bench.rounds", description=__doc__.split("\n")[0])
     p.add_argument("-s", "--size", type=parse_size, default="32M", help="buffer size (float32)")
     p.add_argument("--delay", type=parse_delay, default="300", help="the straggler's delay in ms")
-    p.add_argument("-n", "--iters", type=int, default=5, help="timed iterations")
+    p.add_argument("-n", "--iters", type=_at_least(1), default=5, help="timed iterations")
     p.add_argument("-a", "--algorithms", default="stragglar", help="comma-separated: stragglar, ring, rhd, direct")
-    p.add_argument("--straggler", type=int, default=None, help="the late rank (default: the last)")
+    p.add_argument("--straggler", type=_at_least(0), default=None, help="the late rank (default: the last)")
     args = p.parse_args(argv)
+    if args.straggler is not None and args.straggler >= comm.Get_size():
+        p.error(f"--straggler {args.straggler} is not a rank of {comm.Get_size()}")
+    unknown = [a for a in args.algorithms.split(",") if a not in ("stragglar", "ring", "rhd", "direct")]
+    if unknown:
+        p.error(f"unknown algorithm(s) {', '.join(unknown)}; choose from stragglar, ring, rhd, direct")
     os.environ["STRAGGLAR_TRANSPORT"] = "python"
     configure()
     _transport._execute_python = _stamped(_transport._execute_python)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import re
 import sys
 import time
@@ -22,24 +23,40 @@ _TIME_UNITS = {"": 1.0, "S": 1.0, "MS": 1e-3, "US": 1e-6, "NS": 1e-9}
 
 
 def parse_ns(text: str) -> list[int]:
-    """'2..256', '4,8,16', '8' or a mix such as '2..8,16'."""
+    """'2..256', '4,8,16', '8' or a mix such as '2..8,16'; every n at least 2."""
     ns: list[int] = []
     for part in text.split(","):
         lo, sep, hi = part.strip().partition("..")
-        ns += range(int(lo), int(hi) + 1) if sep else [int(lo)]
+        try:
+            first, last = int(lo), int(hi if sep else lo)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a rank count or range: {part.strip()!r} "
+                                             "(examples: 8, 4,8, 2..16)") from None
+        if first > last:
+            raise argparse.ArgumentTypeError(f"empty range {part.strip()!r}: write LOW..HIGH")
+        if first < 2:
+            raise argparse.ArgumentTypeError(f"n must be at least 2, got {first}")
+        ns += range(first, last + 1)
     return ns
 
 
-def _quantity(text: str, units: dict, what: str) -> float:
+def _quantity(text: str, units: dict, what: str, positive: bool = False) -> float:
     match = re.fullmatch(r"\s*([0-9.eE+-]+)\s*([A-Za-z]*)\s*", text)
     if not match or match.group(2).upper() not in units:
         raise argparse.ArgumentTypeError(f"bad {what} {text!r}; units: {', '.join(units)}")
-    return float(match.group(1)) * units[match.group(2).upper()]
+    try:
+        value = float(match.group(1)) * units[match.group(2).upper()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"bad {what} {text!r}") from None
+    if not math.isfinite(value) or value < 0 or (positive and value == 0):
+        raise argparse.ArgumentTypeError(f"{what} must be {'above' if positive else 'at least'} 0 "
+                                         f"and finite, got {text!r}")
+    return value
 
 
 def parse_size(text: str) -> float:
     """Bytes from '1GiB', '64MiB', '4KB', '100'."""
-    return _quantity(text, _SIZE_UNITS, "size")
+    return _quantity(text, _SIZE_UNITS, "size", positive=True)
 
 
 def parse_time(text: str) -> float:
@@ -47,9 +64,26 @@ def parse_time(text: str) -> float:
     return _quantity(text, _TIME_UNITS, "time")
 
 
+_BIT_UNITS = {"b": 1 / 8, "Kb": 1e3 / 8, "Mb": 1e6 / 8, "Gb": 1e9 / 8, "Tb": 1e12 / 8}
+
+
 def parse_bandwidth(text: str) -> float:
-    """Bytes per second from '450GiB/s' or '25GB/s'."""
-    return parse_size(text[:-2] if text.endswith("/s") else text)
+    """Bytes per second from '450GiB/s', '25GB/s' or, in bits, '100Gb/s' (b = bit, B = byte)."""
+    body = text.strip()
+    body = body[:-2] if body.endswith("/s") else body
+    match = re.fullmatch(r"\s*([0-9.eE+-]+)\s*([kKMGT]?b)(ps)?\s*", body)
+    if match:
+        unit = match.group(2)
+        value = _quantity(match.group(1), {"": 1}, "bandwidth", positive=True)
+        return value * _BIT_UNITS[unit[0].upper() + "b" if len(unit) == 2 else unit]
+    try:
+        return _quantity(body, _SIZE_UNITS, "bandwidth", positive=True)
+    except argparse.ArgumentTypeError as exc:
+        if str(exc).startswith("bandwidth must"):
+            raise
+        raise argparse.ArgumentTypeError(
+            f"bad bandwidth {text!r}: a number and a unit per second, e.g. 450GiB/s, 25GB/s "
+            "(bytes) or 100Gb/s (bits)") from None
 
 
 def _algorithms(text: str) -> list[str]:
@@ -58,6 +92,16 @@ def _algorithms(text: str) -> list[str]:
     if unknown:
         raise argparse.ArgumentTypeError(f"unknown algorithm(s) {unknown}; choose from {ALGORITHMS}")
     return names
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
 
 
 def cmd_show(args) -> int:
@@ -184,11 +228,14 @@ def main(argv=None) -> int:
     sim.set_defaults(run=cmd_simulate)
     search = sub.add_parser("search", help="search greedy seeds for n that miss the bound")
     search.add_argument("--n", type=parse_ns, required=True)
-    search.add_argument("--tries", type=int, default=100, help="seeds to try per n")
-    search.add_argument("--seconds", type=float, default=10.0, help="time budget per n")
+    search.add_argument("--tries", type=_positive_int, default=100, help="seeds to try per n")
+    search.add_argument("--seconds", type=parse_time, default=10.0, help="time budget per n")
     search.add_argument("--out", default=str(Path(__file__).parent / "data" / "seeds.json"))
     search.set_defaults(run=cmd_search)
     args = parser.parse_args(argv)
+    straggler = getattr(args, "straggler", None)
+    if straggler is not None and not 0 <= straggler < min(args.n):
+        parser.error(f"--straggler {straggler} is not a rank of n={min(args.n)} (0..{min(args.n) - 1})")
     return args.run(args)
 
 

@@ -87,3 +87,53 @@ def test_flags_parse():
                                      "--shrink-above", "64M"])
     assert len(_cli.sizes(args)) == 9
     assert [_cli.iterations(args, s << 20) for s in (64, 128, 256)] == [20, 10, 5]
+
+
+@pytest.mark.parametrize("flags, words", [
+    (["-b", "1M", "-e", "64K"], "larger than -e/--maxbytes"),
+    (["--json", "/nonexistent/dir/x.json"], "does not exist"),
+    (["--scenario", "moving", "--straggler", "0"], "not both"),
+    (["--straggler", "99"], "is not a rank"),
+])
+def test_bad_command_lines_are_refused_before_any_work(comm, capsys, flags, words):
+    """Every rank returns 2 at once; rank 0 says why (no sweep, no traceback)."""
+    if comm.Get_size() < 2:
+        pytest.skip("the benchmark needs 2 ranks")
+    assert main(flags + ["-q"], comm) == 2
+    if comm.Get_rank() == 0:
+        assert words in capsys.readouterr().err
+
+
+def test_plot_without_matplotlib_names_the_extra(comm, capsys, monkeypatch):
+    if comm.Get_size() < 2:
+        pytest.skip("the benchmark needs 2 ranks")
+    import sys
+    monkeypatch.setitem(sys.modules, "matplotlib", None)     # as if it were not installed
+    assert main(["--plot", "out.png", "-q"], comm) == 2
+    if comm.Get_rank() == 0:
+        assert 'pip install "stragglar_mpi[plot]"' in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("flags", [["-n", "0"], ["-f", "0"], ["--min-iters", "-1"], ["--bandwidth", "0"],
+                                   ["--alpha", "nan"], ["-b", "12Q"]])
+def test_bad_values_are_argparse_errors(flags, capsys):
+    with pytest.raises(SystemExit) as info:
+        _cli.parser().parse_args(flags)
+    assert info.value.code == 2
+    assert "error: argument" in capsys.readouterr().err
+
+
+def test_help_works(capsys):
+    with pytest.raises(SystemExit) as info:
+        _cli.parser().parse_args(["--help"])
+    assert info.value.code == 0
+    assert "--scenario" in capsys.readouterr().out
+
+
+def test_scenario_keeps_explicit_roles(comm):
+    args = _cli.parser().parse_args(["--scenario", "moving", "--roles", "predict"])
+    _cli._apply_scenario(args, 4)
+    assert args.roles == "predict" and args.straggler == "random"
+    args = _cli.parser().parse_args(["--scenario", "moving"])
+    _cli._apply_scenario(args, 4)
+    assert args.roles == "arrival"

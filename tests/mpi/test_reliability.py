@@ -196,3 +196,325 @@ def test_early_comms_are_a_bounded_lru(comm, monkeypatch):
             assert (comms[late] is None) == (rank == late)
     finally:
         c.Free()
+
+
+# --- the reliability matrix: a missing rank at every step, on every rank -------------------
+# Timing-based tests run at one world size only (4 ranks): they sleep, and the machine
+# is shared.  Bounds are generous; what they check is that nobody waits forever and
+# that every waiting rank names the missing one.
+TIMEOUT, LATE = 1.0, 3.0
+
+
+def timing_size(comm):
+    if comm.Get_size() != 4:
+        pytest.skip("timing tests run at 4 ranks")
+
+
+def late_call(comm, late, call, **settings):
+    """``call(c)`` on a fresh Dup with STRAGGLAR_TIMEOUT, ``late`` sleeping LATE s first;
+    (error or None, seconds waited).  Every rank then meets at a Barrier."""
+    c = comm.Dup()
+    try:
+        with env(STRAGGLAR_TIMEOUT=TIMEOUT, **settings):
+            if comm.Get_rank() == late:
+                time.sleep(LATE)
+            t0 = time.monotonic()
+            try:
+                call(c)
+                err = None
+            except (StragglerTimeout, ValueError, RuntimeError) as exc:
+                err = exc
+            waited = time.monotonic() - t0
+    finally:
+        comm.Barrier()
+    return err, waited
+
+
+def assert_named(comm, late, err, waited, phase_words):
+    """Every rank but ``late`` raised StragglerTimeout in time, naming ``late``."""
+    if comm.Get_rank() == late:
+        assert waited < TIMEOUT + 5, "the late rank waited far past its own timeout"
+        if err is not None:
+            assert isinstance(err, StragglerTimeout) and "unusable" in str(err)
+        return
+    assert isinstance(err, StragglerTimeout), f"an early rank got {err!r}"
+    assert waited < TIMEOUT + 2.5, f"raised after {waited:.1f} s, the timeout is {TIMEOUT} s"
+    assert err.missing == (late,), str(err)
+    assert f"rank(s) {late} did not arrive" in str(err)
+    assert phase_words in err.phase, err.phase
+
+
+def test_missing_rank_at_the_first_call(comm):
+    timing_size(comm)
+    recv = np.full(64, -1.0)
+    err, waited = late_call(comm, 1, lambda c: Allreduce(c, np.ones(64), recv, algorithm="stragglar"))
+    assert_named(comm, 1, err, waited, "setup")
+    if comm.Get_rank() == 1:
+        assert isinstance(err, StragglerTimeout)     # its setup has nobody to meet
+    assert np.all(recv == -1.0)
+
+
+def test_missing_rank_at_a_new_straggler(comm):
+    timing_size(comm)
+
+    def call(c):
+        Allreduce(c, np.ones(64), np.ones(64), algorithm="stragglar", straggler=3)   # warm-up
+        comm.Barrier()
+        if comm.Get_rank() == 1:
+            time.sleep(LATE)
+        Allreduce(c, np.ones(64), np.ones(64), algorithm="stragglar", straggler=2)
+
+    c = comm.Dup()
+    with env(STRAGGLAR_TIMEOUT=TIMEOUT):
+        t0 = time.monotonic()
+        try:
+            call(c)
+            err = None
+        except StragglerTimeout as exc:
+            err = exc
+        waited = time.monotonic() - t0 - (LATE if comm.Get_rank() == 1 else 0)
+    comm.Barrier()
+    assert_named(comm, 1, err, waited, "sub-communicator" if comm.Get_rank() != 2 else "phase 2")
+
+
+def test_different_straggler_values_do_not_hang(comm):
+    timing_size(comm)
+    rank = comm.Get_rank()
+    c = comm.Dup()
+    Allreduce(c, np.ones(64), np.ones(64), algorithm="stragglar", straggler=3)
+    with env(STRAGGLAR_TIMEOUT=TIMEOUT):
+        t0 = time.monotonic()
+        with pytest.raises((StragglerTimeout, ValueError)):
+            Allreduce(c, np.ones(64), np.ones(64), algorithm="stragglar", straggler=2 if rank == 0 else 3)
+    assert time.monotonic() - t0 < TIMEOUT + 2.5
+    comm.Barrier()
+
+
+@pytest.mark.parametrize("case", ["phase 1", "phase 2", "native", "validate"])
+def test_missing_rank_at_each_step(comm, case):
+    timing_size(comm)
+    n = comm.Get_size()
+    late = {"phase 2": n - 1}.get(case, 1)
+    kwargs = {"phase 1": dict(algorithm="stragglar", straggler=n - 1),
+              "phase 2": dict(algorithm="stragglar", straggler=n - 1),
+              "native": dict(algorithm="native"),
+              "validate": dict(algorithm="stragglar", straggler=n - 1)}[case]
+    settings = {"STRAGGLAR_VALIDATE": 1} if case == "validate" else {}
+    recv = np.full(256, -1.0)
+
+    def call(c):
+        with env(STRAGGLAR_TIMEOUT=0):
+            Allreduce(c, np.ones(256), np.ones(256), **kwargs)   # set up, sub-communicator made
+        recv[:] = -1.0
+        comm.Barrier()
+        if comm.Get_rank() == late:
+            time.sleep(LATE)
+        t_start[0] = time.monotonic()
+        Allreduce(c, np.ones(256), recv, **kwargs)
+
+    t_start = [0.0]
+    c = comm.Dup()
+    with env(STRAGGLAR_TIMEOUT=TIMEOUT, **settings):
+        try:
+            call(c)
+            err = None
+        except StragglerTimeout as exc:
+            err = exc
+        waited = time.monotonic() - t_start[0]
+        raised = recv.copy()     # phase 1 may have finished before the wait that timed out
+    comm.Barrier()
+    words = {"phase 1": "phase 1", "phase 2": "phase 2", "native": "native",
+             "validate": "argument check"}[case]
+    if case == "phase 1" and comm.Get_rank() == n - 1:
+        words = "phase 2"      # the straggler has no phase 1: it waits in phase 2
+    assert_named(comm, late, err, waited, words)
+    if comm.Get_rank() != late:
+        time.sleep(0.3)
+        assert np.array_equal(recv, raised), "the receive buffer was written after the call raised"
+        if case != "phase 2":
+            assert np.all(recv == -1.0)
+    elif err is None:
+        assert np.all(recv == n)
+
+
+def test_two_missing_ranks_while_roles_are_found_by_arrival(comm):
+    """straggler="arrival": the early ranks wait for n-1 ranks; two never come."""
+    timing_size(comm)
+    rank, lates = comm.Get_rank(), (1, 2)
+    c = comm.Dup()
+    Allreduce(c, np.ones(64), np.ones(64), algorithm="stragglar", straggler="arrival")
+    comm.Barrier()
+    with env(STRAGGLAR_TIMEOUT=TIMEOUT):
+        if rank in lates:
+            time.sleep(LATE + 0.5 * (rank == 2))
+        t0 = time.monotonic()
+        try:
+            Allreduce(c, np.ones(64), np.ones(64), algorithm="stragglar", straggler="arrival")
+            err = None
+        except StragglerTimeout as exc:
+            err = exc
+        waited = time.monotonic() - t0
+    comm.Barrier()
+    if rank in lates:
+        assert waited < TIMEOUT + 5
+        return
+    assert isinstance(err, StragglerTimeout) and waited < TIMEOUT + 2.5
+    assert err.missing == lates and "arrival" in err.phase, str(err)
+
+
+def test_native_buffer_untouched_after_a_timeout_on_the_repeat_path(comm):
+    """The repeat of a native call (the compiled fast path) under a timeout: no write after."""
+    timing_size(comm)
+    rank, late = comm.Get_rank(), 2
+    c = comm.Dup()
+    recv = np.zeros(1024, np.float32)
+    with env(STRAGGLAR_TIMEOUT=TIMEOUT):
+        for _ in range(3):
+            Allreduce(c, np.ones(1024, np.float32), recv)          # auto: native, kept
+        recv[:] = -1
+        comm.Barrier()
+        if rank == late:
+            time.sleep(LATE)
+        try:
+            Allreduce(c, np.ones(1024, np.float32), recv)
+            err = None
+        except StragglerTimeout as exc:
+            err = exc
+    comm.Barrier()
+    time.sleep(0.3)
+    if rank != late:
+        assert isinstance(err, StragglerTimeout) and err.missing == (late,)
+        assert np.all(recv == -1)
+    elif err is None:
+        assert np.all(recv == comm.Get_size())
+
+
+@pytest.mark.parametrize("aware", ["0", "1"])
+def test_missing_rank_with_device_buffers(comm, aware):
+    timing_size(comm)
+    from numba import cuda
+    late = comm.Get_size() - 1
+    host = np.ones(256, np.float32)
+    recv = cuda.to_device(np.full(256, -1, np.float32))
+
+    def call(c):
+        Allreduce(c, cuda.to_device(host), recv, algorithm="stragglar", straggler=late)
+
+    with env(STRAGGLAR_CUDA_AWARE=aware):
+        err, waited = late_call(comm, late, call)   # the first call: the setup times out
+        assert_named(comm, late, err, waited, "setup")
+        c = comm.Dup()
+        call(c)                                     # now set up; then phase 2 times out
+        recv.copy_to_device(np.full(256, -1, np.float32))
+        comm.Barrier()
+        with env(STRAGGLAR_TIMEOUT=TIMEOUT):
+            if comm.Get_rank() == late:
+                time.sleep(LATE)
+            t0 = time.monotonic()
+            try:
+                call(c)
+                err = None
+            except StragglerTimeout as exc:
+                err = exc
+            waited = time.monotonic() - t0
+        comm.Barrier()
+    assert_named(comm, late, err, waited, "phase 2")
+
+
+# --- mismatches without STRAGGLAR_VALIDATE ------------------------------------------------
+@pytest.mark.parametrize("algo", ["stragglar", "rhd", "ring", "direct"])
+def test_count_mismatch_raises_never_wrong_data(comm, algo):
+    """Counts 1000 against 1001 on one rank: the ranks that see a wrong-sized message
+    raise naming the peer and the sizes; nobody returns a wrong result."""
+    timing_size(comm)
+    n, rank = comm.Get_size(), comm.Get_rank()
+    count = 1001 if rank == n - 1 else 1000
+    recv = np.full(count, -1.0)
+    c = comm.Dup()
+    Allreduce(c, np.ones(8), np.ones(8), algorithm=algo, straggler=0)   # set up, no timeout
+    with env(STRAGGLAR_TIMEOUT=2):
+        try:
+            Allreduce(c, np.ones(count), recv, algorithm=algo, straggler=0)
+            err = None
+        except (ValueError, StragglerTimeout) as exc:
+            err = exc
+    everyone = comm.allgather(None if err is None else (type(err).__name__, str(err)))
+    if err is None:
+        assert np.all(recv == n), "a rank returned a wrong result without an error"
+    sized = [e for e in everyone if e and e[0] == "Mismatch"]
+    assert sized, everyone
+    assert all("the message from rank" in t and "plan expects" in t for _, t in sized), sized
+
+
+def test_validation_survives_any_exception_type(comm):
+    """mpi4py raises KeyError for [x, "float64"]: the rank still takes part; the others
+    raise naming it, at any length of its error text."""
+    needs(2, comm)
+    rank = comm.Get_rank()
+    x = np.ones(8)
+    for bad in ("float64", "f" * 6000):
+        spec = [x, bad] if rank == 1 else x
+        with env(STRAGGLAR_VALIDATE=1, STRAGGLAR_TIMEOUT=30):
+            if rank == 1:
+                with pytest.raises(KeyError):
+                    Allreduce(comm, np.ones(8), spec, algorithm="stragglar")
+            else:
+                with pytest.raises(ValueError, match="bad arguments on rank 1: KeyError") as info:
+                    Allreduce(comm, np.ones(8), spec, algorithm="stragglar")
+                assert len(str(info.value)) > len(bad)
+    recv = np.zeros(8)
+    with env(STRAGGLAR_VALIDATE=1):
+        Allreduce(comm, np.ones(8), recv, algorithm="stragglar")     # still in step
+    assert np.all(recv == comm.Get_size())
+
+
+def test_validation_names_ops(comm):
+    needs(2, comm)
+    with env(STRAGGLAR_VALIDATE=1):
+        with pytest.raises(ValueError, match=r"op \(ranks 0: MPI.MAX; ranks 1[^:]*: MPI.SUM\)"):
+            Allreduce(comm, np.ones(8), np.ones(8), MPI.MAX if comm.Get_rank() == 0 else MPI.SUM)
+
+
+# --- communicators the library does not run on --------------------------------------------
+def test_intercommunicators_take_the_native_path(comm):
+    needs(2, comm)
+    from stragglar_mpi import Comm
+    rank, n = comm.Get_rank(), comm.Get_size()
+    low = rank < n // 2
+    half = comm.Split(int(low), rank)
+    remote_leader = n // 2 if low else 0
+    inter = half.Create_intercomm(0, comm, remote_leader, tag=11)
+    remote = inter.Get_remote_size()
+    recv = np.zeros(4)
+    Allreduce(inter, np.full(4, 1.0), recv)
+    assert np.all(recv == remote)
+    ours = Comm(half).Create_intercomm(0, comm, remote_leader, tag=12)
+    recv[:] = 0
+    ours.Allreduce(np.full(4, 1.0), recv)
+    assert np.all(recv == remote)
+    merged = ours.Merge(not low)
+    assert isinstance(merged, Comm)
+    merged.Allreduce(np.full(4, 1.0), recv)
+    assert np.all(recv == n)
+    for made in (merged, ours, inter, half):
+        made.Free()
+
+
+def test_comm_wraps_topology_constructors(comm):
+    from stragglar_mpi import Comm
+    n, rank = comm.Get_size(), comm.Get_rank()
+    ours = Comm(comm)
+    made = [ours.Create_cart([n], [True]),
+            ours.Create_graph(list(range(1, n + 1)), [(r + 1) % n for r in range(n)]),
+            ours.Create_dist_graph_adjacent([(rank - 1) % n], [(rank + 1) % n]),
+            ours.Create_dist_graph([rank], [1], [(rank + 1) % n])]
+    made.append(made[0].Sub([True]))
+    for topo in made:
+        assert isinstance(topo, Comm), type(topo)
+        recv = np.zeros(4)
+        topo.Allreduce(np.ones(4), recv)
+        assert np.all(recv == n)
+        assert stats(topo)["calls"]
+    assert made[0].Get_topo()[0] == [n]
+    for topo in made:
+        topo.Free()

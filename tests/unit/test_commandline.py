@@ -1,0 +1,67 @@
+"""Every command line refuses bad input with an argparse error (exit 2, no traceback),
+and every command takes --help."""
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SCHEDULE = [sys.executable, "-m", "stragglar_mpi.schedule"]
+
+
+def run(cmd, cwd=None):
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=cwd, env=env)
+
+
+@pytest.mark.parametrize("args, words", [
+    (["show", "--n", "0"], "at least 2"),
+    (["show", "--n", "-3"], "at least 2"),
+    (["show", "--n", "4", "--straggler", "7"], "not a rank of n=4"),
+    (["show", "--n", "5..3"], "empty range"),
+    (["verify", "--n", "5..3"], "empty range"),
+    (["simulate", "--n", "4", "--bandwidth", "0"], "above 0"),
+    (["simulate", "--n", "4", "--size", "-1GiB"], "size"),
+    (["simulate", "--n", "4", "--bandwidth", "fast"], "bad bandwidth"),
+    (["search", "--n", "5", "--tries", "0"], "at least 1"),
+])
+def test_schedule_refuses(args, words):
+    proc = run(SCHEDULE + args)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert words in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_bandwidth_units_bits_and_bytes():
+    from stragglar_mpi.schedule.__main__ import parse_bandwidth
+    assert parse_bandwidth("10Gb/s") == 1.25e9          # gigabits
+    assert parse_bandwidth("10GB/s") == 1e10            # gigabytes
+    assert parse_bandwidth("10GiB/s") == 10 * 2**30
+    assert parse_bandwidth("100Gbps") == 12.5e9
+
+
+@pytest.mark.parametrize("module", ["stragglar_mpi", "stragglar_mpi.schedule", "stragglar_mpi.demo",
+                                    "stragglar_mpi.bench", "stragglar_mpi.bench.rounds"])
+def test_help(module):
+    proc = run([sys.executable, "-m", module, "--help"])
+    assert proc.returncode == 0 and "usage" in proc.stdout.lower(), proc.stderr
+
+
+@pytest.mark.parametrize("command", ["show", "verify", "simulate", "search"])
+def test_schedule_subcommand_help(command):
+    proc = run(SCHEDULE + [command, "--help"])
+    assert proc.returncode == 0 and "usage" in proc.stdout
+
+
+@pytest.mark.parametrize("cmd, words", [
+    ([sys.executable, "-m", "stragglar_mpi.demo", "--iters", "0"], "--iters must be at least 1"),
+    ([sys.executable, str(ROOT / "examples" / "train_mlp.py"), "--steps", "0"], "at least 1"),
+    ([sys.executable, str(ROOT / "examples" / "train_mlp.py"), "--slow-rank", "7"], "not a rank of 1"),
+    ([sys.executable, str(ROOT / "examples" / "drop_in.py"), "--iters", "0"], "at least 1"),
+    ([sys.executable, str(ROOT / "examples" / "gpu_allreduce.py"), "--count", "0"], "at least 1"),
+])
+def test_programs_refuse(cmd, words):
+    proc = run(cmd)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert words in proc.stderr and "Traceback" not in proc.stderr
