@@ -47,7 +47,8 @@ def node_of(comm):
 
 def test_auto_takes_stragglar_whichever_rank_is_late(laid_out):
     """Every rank in turn is late (rank 0 and every node's first rank included): after a
-    few calls "auto" runs StragglAR with that rank as the straggler, on every rank."""
+    few calls "auto" runs StragglAR with that rank as the straggler, on every rank, and
+    the arrival record names it last."""
     c, n = laid_out, laid_out.Get_size()
     if n < 4:
         pytest.skip("StragglAR cannot beat a synchronous AllReduce below 4 ranks")
@@ -64,10 +65,11 @@ def test_auto_takes_stragglar_whichever_rank_is_late(laid_out):
             assert recv[0] == n * (n + 1) / 2 and recv[-1] == recv[0]
             last = stats(c)["last"]
             seen.append((last["algorithm"], last["straggler"]))
-        picks[late] = seen[-2:]
+        picks[late] = seen[-2:] + [state_of(c).history[-1].last]
+
     everywhere = c.allgather(picks)
     assert all(p == picks for p in everywhere), "ranks took different decisions"
-    wrong = {late: seen for late, seen in picks.items() if seen != [("stragglar", late)] * 2}
+    wrong = {late: seen for late, seen in picks.items() if seen != [("stragglar", late)] * 2 + [late]}
     assert not wrong, f"nodes {node_of(c)}: late rank -> last two calls: {wrong}"
 
 
@@ -109,3 +111,16 @@ def test_clock_offsets_are_measured_and_gaps_are_not_shifted(laid_out):
     record = state_of(c).history[-1]
     assert record.last == late
     assert 0.5 * DELAY < record.gap < 0.5, record
+
+
+def test_auto_stays_native_when_nobody_is_late(laid_out):
+    """No straggler, whatever the clocks say: the recorded gaps stay small and "auto" native."""
+    c, n = laid_out, laid_out.Get_size()
+    send = np.ones(COUNT, np.float32)
+    recv = np.zeros_like(send)
+    for _ in range(10):
+        c.Barrier()
+        Allreduce(c, send, recv)
+    assert stats(c)["last"]["algorithm"] == "native" and recv[0] == n
+    history = state_of(c).history
+    assert n < 2 or (history and max(rec.gap for rec in history) < 0.05), list(history)
