@@ -65,14 +65,20 @@ class _Notices:
     def __init__(self, comm, seq, box):
         self.seq, self.box = seq, box
         me = comm.Get_rank()
-        self.pending = {r: comm.Irecv(box[r], r, _TAG_NOTICE) for r in range(comm.Get_size()) if r != me}
+        self.ranks = [r for r in range(comm.Get_size()) if r != me]
+        self.requests = [comm.Irecv(box[r], r, _TAG_NOTICE) for r in self.ranks]
         self.heard = {}      # rank -> arrival time
 
+    @property
+    def pending(self):
+        return len(self.heard) < len(self.ranks)
+
     def poll(self):
-        """Take in the notices that came since the last poll; return their ranks."""
-        new = [r for r, req in self.pending.items() if req.Test()]
+        """Take in the notices that came since the last poll (one MPI_Testsome); return their ranks."""
+        if not self.pending:
+            return []
+        new = [self.ranks[i] for i in (MPI.Request.Testsome(self.requests) or ())]
         for r in new:
-            del self.pending[r]
             if int(self.box[r, 0]) != self.seq:
                 raise RuntimeError(f"arrival notice of call {int(self.box[r, 0])} from rank {r} in call "
                                    f"{self.seq}: ranks called Allreduce in different sequences")
@@ -97,10 +103,10 @@ class _Notices:
             os.sched_yield()
 
     def cancel(self):
-        for req in self.pending.values():
-            req.Cancel()
-            req.Wait()
-        self.pending.clear()
+        for req in self.requests:
+            if req:
+                req.Cancel()
+                req.Wait()
 
 
 class Arrivals:
