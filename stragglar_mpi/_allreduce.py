@@ -282,8 +282,8 @@ def _roles(state, name, policy, nbytes, n, tracked=False, deadline=0.0):
     """(algorithm, straggler) for this call, the same on every rank.
 
     Calls that need arrival data ("auto", a policy by name, or a timeout that
-    must name the missing ranks) go through the shared arrival table; the
-    others touch nothing.
+    must name the missing ranks) send arrival notices (_arrival); the others
+    touch nothing.
     """
     needs_roles = name == "auto" or (name in PHASE1_ROLES and isinstance(policy, str))
     if not (needs_roles or (tracked and n > 1)):
@@ -291,7 +291,8 @@ def _roles(state, name, policy, nbytes, n, tracked=False, deadline=0.0):
     if name == "auto" and not tracked and not _sampled(state, n, nbytes):
         return "native", None
     arrivals = state.arrivals()
-    arrivals.arrive()
+    if arrivals.arrive(deadline) is None:
+        raise _timed_out(state, "the arrival notices of the previous call", None, ())
     state.tracked_seq = arrivals.seq
     previous = arrivals.previous()
     if previous is not None:

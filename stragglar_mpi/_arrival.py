@@ -1,20 +1,28 @@
-"""Who arrived when: an arrival counter and table in an MPI window on rank 0.
+"""Who arrived when: arrival notices by eager point-to-point, times on one clock.
 
-Each tracked call, every rank takes a ticket with ``MPI_Fetch_and_op`` on one
-counter that is never reset: call ``seq`` owns tickets ``seq*n .. seq*n+n-1``, so
-``ticket - seq*n`` is the rank's place in the arrival order.  The rank then
-writes ``(seq, rank)`` into slot ``place`` of the table for this call (one
-int64, written atomically with ``MPI_Accumulate(REPLACE)``) and its arrival time
-beside it.  Two tables alternate: nobody can finish call ``seq`` (and so write
-table ``seq+1``) before every rank has read table ``seq-1``, because every rank
-reads it before it sends anything in call ``seq``.
+Each tracked call, every rank sends a 16-byte notice (the call's number and its
+arrival time) to every other rank on a private duplicate.  A message that small
+goes eagerly: the send completes at the sender and the data waits at the
+receiver without either side's progress, so a rank that is late, outside MPI,
+holds up nobody's notice.  (An RMA window on one host does not have that
+property across nodes: without asynchronous progress an accumulate to a host
+that is computing waits for it; docs/ARRIVAL.md has the measurements.)
 
-- "arrival" roles: the rank holding the last place is the straggler; an early
-  rank waits only until the other early ranks are in the table (phase 1 needs
-  them anyway), never for the straggler.
-- history: at the start of call ``seq`` the table of call ``seq-1`` is complete
-  (that call has finished everywhere), so every rank reads the same data and
-  takes the same decision without waiting for anyone.
+- Times: each rank reads ``MPI_Wtime`` and subtracts its clock's offset from
+  rank 0's, estimated once at setup (``_clock.offsets``), so the times in a
+  record are on one clock, whichever node they came from.
+- History: at the start of call ``seq`` every rank holds every notice of call
+  ``seq-1`` (each was sent before its sender took part in that call, which has
+  finished here), so every rank builds the same ``Arrival`` record without
+  waiting for anyone: ranks ordered by time.
+- "arrival" roles need one answer on every rank while the straggler is still
+  away, so one rank decides: the *coordinator*, the rank that came first in the
+  previous record (rank 0 at first), so it is rarely the late one.  It waits
+  until n-1 ranks (itself included) have arrived, names the one missing, and
+  sends that to everyone; the others wait only for that message.  If the
+  coordinator is itself the straggler, the call still has the right roles, but
+  the early ranks wait for it (as a synchronous AllReduce would).
+- Timeouts: the ranks whose notice has not come are the missing ones.
 """
 from __future__ import annotations
 
@@ -24,14 +32,17 @@ from dataclasses import dataclass
 import numpy as np
 from mpi4py import MPI
 
-_KEY = 1 << 32   # table word = (seq + 1) * _KEY + rank
+from ._clock import offsets
+
+_TAG_NOTICE, _TAG_DECISION = 11, 12
+_CLOCK_ROUNDS = 8
 
 
 @dataclass(frozen=True)
 class Arrival:
     """One finished call, as every rank sees it."""
     order: tuple        # ranks in arrival order
-    times: tuple        # their MPI_Wtime at arrival, same order
+    times: tuple        # their arrival times on rank 0's clock, same order
 
     @property
     def last(self) -> int:
@@ -43,101 +54,178 @@ class Arrival:
         return self.times[-1] - self.times[-2] if len(self.times) > 1 else 0.0
 
 
+def coordinator(previous, n):
+    """The rank that decides the roles of the next call: the first to arrive last time."""
+    return 0 if previous is None else previous.order[0]
+
+
+class _Notices:
+    """The notices of one call: one receive posted from every other rank."""
+
+    def __init__(self, comm, seq, box):
+        self.seq, self.box = seq, box
+        me = comm.Get_rank()
+        self.ranks = [r for r in range(comm.Get_size()) if r != me]
+        self.requests = [comm.Irecv(box[r], r, _TAG_NOTICE) for r in self.ranks]
+        self.heard = {}      # rank -> arrival time
+
+    @property
+    def pending(self):
+        return len(self.heard) < len(self.ranks)
+
+    def poll(self):
+        """Take in the notices that came since the last poll (one MPI_Testsome); return their ranks."""
+        if not self.pending:
+            return []
+        new = [self.ranks[i] for i in (MPI.Request.Testsome(self.requests) or ())]
+        for r in new:
+            if int(self.box[r, 0]) != self.seq:
+                raise RuntimeError(f"arrival notice of call {int(self.box[r, 0])} from rank {r} in call "
+                                   f"{self.seq}: ranks called Allreduce in different sequences")
+            self.heard[r] = float(self.box[r, 1])
+        return new
+
+    def drain(self):
+        """Take in every notice already here: poll until a pass brings nothing new (one
+        test may move only part of what waits in a socket)."""
+        while self.pending and self.poll():
+            pass
+        self.poll()
+
+    def wait(self, count, deadline):
+        """Poll until ``count`` notices are in; False if ``deadline`` (an MPI_Wtime) passes first."""
+        while True:
+            self.poll()
+            if len(self.heard) >= count:
+                return True
+            if deadline and MPI.Wtime() > deadline:
+                return False
+            os.sched_yield()
+
+    def cancel(self):
+        for req in self.requests:
+            if req:
+                req.Cancel()
+                req.Wait()
+
+
 class Arrivals:
     def __init__(self, comm):
-        self.comm = comm
-        self.n = n = comm.Get_size()
-        words = 1 + 2 * n * 2        # counter, then 2 tables of n keys and n times
-        size = words * 8 if comm.Get_rank() == 0 else 0
-        self.win = MPI.Win.Allocate(size, 8, comm=comm)
-        if comm.Get_rank() == 0:
-            np.frombuffer(self.win.tomemory(), np.int64)[:] = 0
-        comm.Barrier()
-        self.win.Lock_all()
+        self.comm = comm.Dup()          # our notices never meet the plans' messages
+        self.n, self.rank = self.comm.Get_size(), self.comm.Get_rank()
+        self.offset = offsets(self.comm, _CLOCK_ROUNDS)
         self.seq = 0
-        self.place = 0
+        self._boxes = (np.zeros((self.n, 2)), np.zeros((self.n, 2)))
+        self._current = _Notices(self.comm, 0, self._boxes[0])
+        self._before = None             # notices of the previous call, until its record is built
+        self._mine = {}                 # seq -> this rank's arrival time (current and previous)
         self._previous = None
+        self._sends = []                # (request, buffer) still in flight
+        self.coordinator = 0
+        self.place = 0
 
-    def _key_disp(self, seq, place):
-        return 1 + (seq % 2) * 2 * self.n + place
+    def now(self):
+        """This rank's time on rank 0's clock."""
+        return MPI.Wtime() - self.offset
 
-    def arrive(self):
-        """Take a ticket and enter the table; returns this rank's place (0 = first).
+    def arrive(self, deadline=0.0):
+        """Enter this call: send this rank's notice to every rank; returns how many ranks
+        this rank knew to have arrived before it, or None if ``deadline`` passed while
+        the previous call's notices were still coming."""
+        t = self.now()
+        if self.record_before(deadline) is False:
+            return None
+        self.coordinator = coordinator(self._previous, self.n)
+        self._current.drain()
+        self.place = len(self._current.heard)
+        self._mine[self.seq] = t
+        note = np.array([self.seq, t])
+        self._send(note, _TAG_NOTICE, [r for r in range(self.n) if r != self.rank])
+        return self.place
 
-        The table of the previous call is read in the same epoch as the ticket
-        (see ``previous``): two RMA round trips per tracked call, not three.
-        """
-        one, ticket = np.ones(1, np.int64), np.zeros(1, np.int64)
-        self.win.Fetch_and_op(one, ticket, 0, 0, MPI.SUM)
-        before = None
-        if self.seq > 0:
-            before = np.zeros(2 * self.n, np.int64)
-            self.win.Get(before, 0, (self._key_disp(self.seq - 1, 0), 2 * self.n, MPI.INT64_T))
-        self.win.Flush(0)
-        self._previous = None if before is None else _record(before, self.n)
-        place = int(ticket[0]) - self.seq * self.n
-        if not 0 <= place < self.n:
-            raise RuntimeError(f"arrival ticket {int(ticket[0])} outside call {self.seq}: "
+    def record_before(self, deadline=0.0):
+        """The record of the previous call, built (once) from its notices; False if
+        ``deadline`` passes before they are all in."""
+        if self._before is not None:
+            if not self._before.wait(self.n - 1, deadline):
+                return False
+            times = dict(self._before.heard)
+            times[self.rank] = self._mine.pop(self._before.seq)
+            order = tuple(sorted(times, key=lambda r: (times[r], r)))
+            self._previous = Arrival(order, tuple(times[r] for r in order))
+            self._before = None
+        return self._previous
+
+    def heard(self):
+        """Ranks whose notice for the current call has come."""
+        self._current.poll()
+        return set(self._current.heard)
+
+    def straggler(self, deadline=0.0):
+        """The rank that arrives last in this call, as the coordinator saw it; None if
+        ``deadline`` (an MPI_Wtime, 0 = never) passes first."""
+        if self.rank == self.coordinator:
+            last = self._decide(deadline)
+            if last is not None:
+                decision = np.array([self.seq, last], np.int64)
+                self._send(decision, _TAG_DECISION, [r for r in range(self.n) if r != self.rank])
+            return last
+        got = np.zeros(2, np.int64)
+        req = self.comm.Irecv(got, self.coordinator, _TAG_DECISION)
+        while not req.Test():
+            if deadline and MPI.Wtime() > deadline:
+                req.Cancel()
+                req.Wait()
+                return None
+            os.sched_yield()
+        if int(got[0]) != self.seq:
+            raise RuntimeError(f"roles of call {int(got[0])} from rank {self.coordinator} in call {self.seq}: "
                                "ranks called Allreduce in different sequences")
-        rank = self.comm.Get_rank()
-        key = np.array([(self.seq + 1) * _KEY + rank], np.int64)
-        now = np.array([MPI.Wtime()], np.float64)
-        disp = self._key_disp(self.seq, place)
-        self.win.Accumulate(key, 0, disp, MPI.REPLACE)
-        self.win.Put(now, 0, disp + self.n)
-        self.win.Flush(0)
-        self.place = place
-        return place
+        return int(got[1])
 
-    def slots(self, seq):
-        """The table of call ``seq`` by place: the rank there, or None while the place is empty."""
-        keys = np.zeros(self.n, np.int64)
-        disp = self._key_disp(seq, 0)
-        self.win.Get_accumulate(np.zeros(self.n, np.int64), keys, 0, (disp, self.n, MPI.INT64_T),
-                                MPI.NO_OP)
-        self.win.Flush(0)
-        return [int(k % _KEY) if k // _KEY == seq + 1 else None for k in keys]
-
-    def early_order(self, deadline=0.0):
-        """Ranks in the first n-1 places of this call (waits for them, not for the last);
-        None if ``deadline`` (an MPI_Wtime, 0 = never) passes first."""
+    def _decide(self, deadline):
+        """On the coordinator: the one rank missing once n-1 have arrived."""
+        if self.place == self.n - 1:
+            return self.rank            # everyone was here before the coordinator
+        notices = self._current
         while True:
-            early = self.slots(self.seq)[:self.n - 1]
-            if None not in early:
-                return early
+            new = notices.poll()
+            if len(notices.heard) == self.n - 1:      # two came at once: the later one
+                return max(new or notices.heard, key=lambda r: (notices.heard[r], r))
+            if len(notices.heard) == self.n - 2:
+                return next(r for r in range(self.n) if r != self.rank and r not in notices.heard)
             if deadline and MPI.Wtime() > deadline:
                 return None
             os.sched_yield()
 
-    def straggler(self, deadline=0.0):
-        """The rank that arrives last in this call: the one not among the first n-1."""
-        if self.place == self.n - 1:
-            return self.comm.Get_rank()
-        early = self.early_order(deadline)
-        if early is None:
-            return None
-        return next(r for r in range(self.n) if r not in set(early))
-
     def absent(self, seq):
-        """Ranks that have not entered call ``seq``."""
-        present = set(self.slots(seq))
-        return [r for r in range(self.n) if r not in present]
+        """Ranks that have not entered call ``seq`` (the current or the previous one)."""
+        notices = self._before if self._before is not None and seq == self._before.seq else self._current
+        if notices.seq != seq:
+            return []
+        notices.poll()
+        return [r for r in range(self.n) if r != self.rank and r not in notices.heard]
 
     def previous(self):
-        """The complete record of the last tracked call (read by ``arrive`` of this
-        call), or None before the first."""
+        """The record of the previous tracked call, or None before the first."""
         return self._previous
 
     def finish(self):
+        """This rank is done with the call's roles: listen for the next call's notices."""
+        self._before = self._current
         self.seq += 1
+        self._current = _Notices(self.comm, self.seq, self._boxes[self.seq % 2])
+        self._sends = [(req, buf) for req, buf in self._sends if not req.Test()]
+
+    def _send(self, buf, tag, peers):
+        self._sends += [(self.comm.Isend(buf, r, tag), buf) for r in peers]
 
     def free(self):
-        self.win.Unlock_all()
-        self.win.Free()
-
-
-def _record(words, n):
-    """The Arrival in a table read as 2n int64 words: n keys, then n times."""
-    order = tuple(int(k % _KEY) for k in words[:n])
-    times = tuple(float(t) for t in words[n:].view(np.float64))
-    return Arrival(order, times)
+        for notices in (self._before, self._current):
+            if notices is not None:
+                notices.cancel()
+        for req, _ in self._sends:
+            if not req.Test():
+                req.Free()      # completes on its own; nobody waits for it
+        self._sends = []
+        self.comm.Free()

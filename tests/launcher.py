@@ -30,13 +30,19 @@ def flavour(path: str) -> str:
     return "openmpi" if "Open MPI" in text or "OpenRTE" in text else "mpich"
 
 
-def command(n: int, argv, timeout: int) -> list:
-    """``mpiexec -n n argv...`` for this flavour; a run past ``timeout`` seconds is killed."""
+def command(n: int, argv, timeout: int, ranks=None) -> list:
+    """``mpiexec -n n argv...`` for this flavour; a run past ``timeout`` seconds is killed.
+
+    ``ranks``: an MPMD launch instead, one ``(count, [env assignments])`` per block of ranks."""
     exe = mpiexec()
+    blocks = [["-n", str(n), *argv]]
+    if ranks:
+        blocks = [["-n", str(k), "env", *assign, *argv] for k, assign in ranks]
+    words = [w for i, b in enumerate(blocks) for w in ([":"] if i else []) + b]
     if flavour(exe) == "openmpi":
         # --bind-to none: several jobs share the cores; pinning every job's rank 0 to core 0 would not.
-        return [exe, "--oversubscribe", "--bind-to", "none", "--timeout", str(timeout), "-n", str(n), *argv]
-    return [exe, "-n", str(n), *argv]
+        return [exe, "--oversubscribe", "--bind-to", "none", "--timeout", str(timeout), *words]
+    return [exe, *words]
 
 
 def environment(timeout: int, extra=None) -> dict:
@@ -48,11 +54,17 @@ def environment(timeout: int, extra=None) -> dict:
     return env
 
 
-def run(n: int, argv, timeout: int, cwd=None, env=None, unset=()):
+def run(n: int, argv, timeout: int, cwd=None, env=None, unset=(), ranks=None):
     """Run ``argv`` on ``n`` ranks: (return code, stdout + stderr, the command)."""
-    cmd = command(n, argv, timeout)
+    cmd = command(n, argv, timeout, ranks)
     env = environment(timeout, env)
     for name in unset:
         env.pop(name, None)
     proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout + 60)
     return proc.returncode, proc.stdout + proc.stderr, cmd
+
+
+def emulates_nodes() -> bool:
+    """Whether this MPI can treat the ranks of one machine as separate nodes (MPICH's
+    MPIR_CVAR_NUM_CLIQUES / MPIR_CVAR_ODD_EVEN_CLIQUES; Open MPI has no such setting)."""
+    return flavour(mpiexec()) == "mpich"

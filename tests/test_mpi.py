@@ -20,11 +20,12 @@ TRANSPORTS = os.environ.get("SMPI_TEST_TRANSPORTS", "cython,python").split(",")
 TIMEOUT = int(os.environ.get("SMPI_TEST_TIMEOUT", "300"))
 
 
-def run_mpi(n, args, transport="cython", timeout=TIMEOUT):
+def run_mpi(n, args, transport="cython", timeout=TIMEOUT, extra_env=None, ranks=None):
+    """``ranks``: MPMD launch, one ``(count, [env assignments])`` per block of ranks."""
     env = dict(SMPI_TEST_IN_MPIEXEC="1", STRAGGLAR_TRANSPORT=transport,
-               NUMBA_ENABLE_CUDASIM="1", SMPI_TEST_INSTALLED="1")
+               NUMBA_ENABLE_CUDASIM="1", SMPI_TEST_INSTALLED="1", **(extra_env or {}))
     argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-x", *args]
-    rc, out, _ = launcher.run(n, argv, timeout, cwd=HERE, env=env)
+    rc, out, _ = launcher.run(n, argv, timeout, cwd=HERE, env=env, ranks=ranks)
     return rc, out
 
 
@@ -53,3 +54,35 @@ def test_info_command_reports_mpi_and_the_compiled_transport():
     version = subprocess.run([sys.executable, "-m", "stragglar_mpi", "--version"], cwd=HERE,
                              capture_output=True, text=True, timeout=120)
     assert version.stdout.startswith("stragglar_mpi ")
+
+
+# Emulated nodes (MPICH cliques; traffic between them over TCP, no asynchronous progress):
+# cyclic node of rank r = r mod K; the tests also renumber into the block layout.
+# Emulated nodes are MPICH's cliques; Open MPI has no such setting (docs: README, Open MPI).
+NODES = pytest.mark.skipif(not launcher.emulates_nodes(), reason="this MPI cannot emulate nodes on one machine")
+CLIQUES = {"2x2": (4, {"MPIR_CVAR_ODD_EVEN_CLIQUES": "1"}),
+           "3 nodes of 3,3,2": (8, {"MPIR_CVAR_NUM_CLIQUES": "3"})}
+FAKETIME = [p for p in ("/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1",
+                        "/usr/lib/faketime/libfaketimeMT.so.1") if Path(p).exists()]
+
+
+@pytest.mark.parametrize("transport", ["cython", "python"])
+@NODES
+@pytest.mark.parametrize("layout", CLIQUES)
+def test_arrival_on_emulated_nodes(layout, transport):
+    n, env = CLIQUES[layout]
+    rc, out = run_mpi(n, ["mpi/test_arrival.py", "mpi/test_policy.py"], transport,
+                      extra_env=dict(env, UCX_TLS="tcp,self"))
+    assert rc == 0, out[-20000:]
+
+
+@pytest.mark.skipif(not FAKETIME, reason="libfaketime is not installed (apt-get install faketime)")
+@NODES
+def test_arrival_with_clocks_shifted_by_seconds():
+    """2 emulated nodes of 2; rank 1 runs 3 s ahead, rank 2 2 s behind (libfaketime)."""
+    def shifted(seconds):
+        return [f"LD_PRELOAD={FAKETIME[0]}", f"FAKETIME={seconds:+d}s", f"SMPI_TEST_CLOCK_SHIFT={seconds}"]
+    ranks = [(1, []), (1, shifted(3)), (1, shifted(-2)), (1, [])]
+    rc, out = run_mpi(4, ["mpi/test_arrival.py"], extra_env={"MPIR_CVAR_ODD_EVEN_CLIQUES": "1",
+                                                              "UCX_TLS": "tcp,self"}, ranks=ranks)
+    assert rc == 0, out[-20000:]

@@ -13,6 +13,8 @@ PERF = ROOT / "tests" / "perf"
     ("bench_auto.py", ["--size", "64K", "--iters", "3", "--delay-ms", "1"], "native/native2"),
     ("bench_transport.py", ["--iters", "1"], "16777216"),
     ("bench_validate.py", ["--size", "64K", "--iters", "3"], "median call"),
+    ("bench_arrival.py", ["--iters", "3"], "roles"),
+    ("auto_late_rank.py", ["--size", "64K", "--calls", "3", "--delay-ms", "1"], "StragglAR in the last 10"),
     ("soak.py", ["--calls", "40", "--warmup", "10", "--max-bytes", "64K"], "errors 0"),
 ])
 def test_perf_script_runs(script, args, expect):

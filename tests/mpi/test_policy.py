@@ -7,6 +7,7 @@ import pytest
 from mpi4py import MPI
 
 from stragglar_mpi import Allreduce, stats
+from stragglar_mpi._arrival import _TAG_DECISION, coordinator
 from stragglar_mpi._state import state_of
 
 
@@ -23,14 +24,15 @@ def same_everywhere(comm, value):
 
 
 def arrive_after_everyone_else(c):
-    """Block until every other rank has taken its arrival ticket for the next call."""
+    """Block until the next call's roles are settled without this rank: the coordinator
+    has every other rank's notice (and has sent its answer, when it is another rank)."""
     arrivals = state_of(c).arrivals()
-    target = arrivals.seq * arrivals.n + arrivals.n - 1
-    zero, seen = np.zeros(1, np.int64), np.zeros(1, np.int64)
+    lead = coordinator(arrivals.record_before(), arrivals.n)
     while True:
-        arrivals.win.Fetch_and_op(zero, seen, 0, 0, MPI.NO_OP)
-        arrivals.win.Flush(0)
-        if seen[0] >= target:
+        if lead == c.Get_rank():
+            if len(arrivals.heard()) == arrivals.n - 1:
+                return
+        elif arrivals.comm.Iprobe(lead, _TAG_DECISION):
             return
         time.sleep(0.0002)
 

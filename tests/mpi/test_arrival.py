@@ -1,0 +1,129 @@
+"""Arrival roles and "auto" whichever rank is late, on emulated nodes and shifted clocks.
+
+tests/test_mpi.py runs this file on one node, on emulated nodes (MPICH cliques,
+traffic between them over TCP, no asynchronous progress) in the cyclic layout
+the cliques give and in the block layout a Split makes, and with some ranks'
+clocks shifted by whole seconds (libfaketime; SMPI_TEST_CLOCK_SHIFT says by how
+much on this rank).
+"""
+import os
+import time
+
+import numpy as np
+import pytest
+from mpi4py import MPI
+
+from stragglar_mpi import Allreduce, stats
+from stragglar_mpi._state import state_of
+
+COUNT = 1 << 20                  # 4 MiB of float32: "auto" looks at arrivals from here up
+DELAY = 0.03                     # enough to hide phase 1 in the default cost model
+
+
+def block_layout(world):
+    """``world`` renumbered so that each node's ranks are consecutive (Slurm's block layout)."""
+    node = world.Split_type(MPI.COMM_TYPE_SHARED)
+    leader = node.allreduce(world.Get_rank(), op=MPI.MIN)
+    nodes = sorted(set(world.allgather(leader)))
+    key = nodes.index(leader) * world.Get_size() + node.Get_rank()
+    node.Free()
+    return world.Split(0, key)
+
+
+@pytest.fixture(params=["cyclic", "block"])
+def laid_out(request):
+    made = MPI.COMM_WORLD.Dup() if request.param == "cyclic" else block_layout(MPI.COMM_WORLD)
+    yield made
+    made.Free()
+
+
+def node_of(comm):
+    """Every rank's node, as the index of its node's lowest rank in ``comm``."""
+    node = comm.Split_type(MPI.COMM_TYPE_SHARED)
+    leader = node.allreduce(comm.Get_rank(), op=MPI.MIN)
+    node.Free()
+    return comm.allgather(leader)
+
+
+def test_auto_takes_stragglar_whichever_rank_is_late(laid_out):
+    """Every rank in turn is late (rank 0 and every node's first rank included): after a
+    few calls "auto" runs StragglAR with that rank as the straggler, on every rank, and
+    the arrival record names it last."""
+    c, n = laid_out, laid_out.Get_size()
+    if n < 4:
+        pytest.skip("StragglAR cannot beat a synchronous AllReduce below 4 ranks")
+    send = np.full(COUNT, float(c.Get_rank() + 1), np.float32)
+    recv = np.zeros_like(send)
+    picks = {}
+    for late in range(n):
+        seen = []
+        for _ in range(8 if late == 0 else 4):
+            c.Barrier()
+            if c.Get_rank() == late:
+                time.sleep(DELAY)
+            Allreduce(c, send, recv)
+            assert recv[0] == n * (n + 1) / 2 and recv[-1] == recv[0]
+            last = stats(c)["last"]
+            seen.append((last["algorithm"], last["straggler"]))
+        picks[late] = seen[-2:] + [state_of(c).history[-1].last]
+
+    everywhere = c.allgather(picks)
+    assert all(p == picks for p in everywhere), "ranks took different decisions"
+    wrong = {late: seen for late, seen in picks.items() if seen != [("stragglar", late)] * 2 + [late]}
+    assert not wrong, f"nodes {node_of(c)}: late rank -> last two calls: {wrong}"
+
+
+def test_arrival_roles_name_the_late_rank_across_nodes(laid_out):
+    """With straggler="arrival" every call's straggler is the rank that came last."""
+    c, n = laid_out, laid_out.Get_size()
+    if n < 2:
+        pytest.skip("needs two ranks")
+    count = 3 * n + 1
+    Allreduce(c, np.ones(count), np.ones(count), algorithm="stragglar")   # setup: collective
+    for it in range(4 * n):
+        late = it % n
+        c.Barrier()
+        if c.Get_rank() == late:
+            time.sleep(0.02)
+        send = np.full(count, float(c.Get_rank() + it), np.float64)
+        recv = np.zeros_like(send)
+        Allreduce(c, send, recv, algorithm="stragglar", straggler="arrival")
+        assert np.all(recv == sum(r + it for r in range(n)))
+        assert stats(c)["last"]["straggler"] == late, f"call {it}"
+
+
+def test_clock_offsets_are_measured_and_gaps_are_not_shifted(laid_out):
+    """The offsets the arrival notices subtract follow the shifted clocks, and the
+    recorded gap of a 30 ms straggler is 30 ms, not seconds."""
+    c, n = laid_out, laid_out.Get_size()
+    if n < 2:
+        pytest.skip("needs two ranks")
+    shift = float(os.environ.get("SMPI_TEST_CLOCK_SHIFT", "0"))
+    arrivals = state_of(c).arrivals()
+    shifts = c.allgather(shift)
+    assert abs(arrivals.offset - (shift - shifts[0])) < 0.05, (arrivals.offset, shifts)
+    late = n - 1
+    for _ in range(3):
+        c.Barrier()
+        if c.Get_rank() == late:
+            time.sleep(DELAY)
+        Allreduce(c, np.ones(8), np.zeros(8), algorithm="stragglar", straggler="arrival")
+    record = state_of(c).history[-1]
+    assert record.last == late
+    assert 0.5 * DELAY < record.gap < 0.5, record
+
+
+def test_gaps_stay_small_when_nobody_is_late(laid_out):
+    """No straggler, whatever the clocks say: every recorded gap is milliseconds (on this
+    oversubscribed machine), never the seconds between two ranks' clocks."""
+    c, n = laid_out, laid_out.Get_size()
+    if n < 2:
+        pytest.skip("needs two ranks")
+    send = np.ones(COUNT, np.float32)
+    recv = np.zeros_like(send)
+    for _ in range(10):
+        c.Barrier()
+        Allreduce(c, send, recv, straggler="arrival", algorithm="stragglar")
+    assert recv[0] == n
+    gaps = [rec.gap for rec in state_of(c).history]
+    assert len(gaps) == 9 and max(gaps) < 0.2, gaps
