@@ -6,7 +6,7 @@ from functools import lru_cache
 import numpy as np
 from mpi4py import MPI
 
-from . import _config, _device, _transport
+from . import _config, _device, _hierarchical, _transport
 from ._args import check, keep, run_native
 from ._errors import Pending, StragglerTimeout
 from ._plan import compile_rounds
@@ -15,7 +15,7 @@ from ._state import peek, state_of
 from .schedule import PHASE1, chunk_bounds, rank_view
 
 _ORDERED_FLOAT_OPS = {MPI.MAX.handle, MPI.MIN.handle}
-PHASE1_ROLES = ("stragglar", "direct")
+PHASE1_ROLES = ("stragglar", "direct", "hierarchical")
 
 
 def Allreduce(comm, sendbuf, recvbuf, op=MPI.SUM, *, straggler=None, algorithm=None):
@@ -25,8 +25,9 @@ def Allreduce(comm, sendbuf, recvbuf, op=MPI.SUM, *, straggler=None, algorithm=N
     call, found at run time; the default); or "predict" (the rank that came
     last most often in recent calls, found without waiting).
     ``algorithm``: "auto" (default: native for small buffers or no delay,
-    StragglAR when the observed delay pays), "stragglar", "ring", "rhd",
-    "direct" or "native"; the STRAGGLAR_ALGO environment variable overrides it.
+    StragglAR when the observed delay pays), "stragglar", "hierarchical" (StragglAR
+    on two tiers, for communicators that span nodes), "ring", "rhd", "direct" or
+    "native"; the STRAGGLAR_ALGO environment variable overrides it.
     Non-commutative ops, pair types (MAXLOC/MINLOC), derived datatypes and a
     single rank always take the native path.
     With STRAGGLAR_TIMEOUT set, a call that waits longer raises
@@ -76,7 +77,15 @@ def _run(comm, state, args, settings, t_call, deadline):
         _record(state, name, None, args.policy, t_call, t_call, None, MPI.Wtime(), None)
         return
     transport = _transport.name(settings)
-    t_p1, first = _run_schedule(state, name, straggler, args, transport, deadline)
+    if name == "hierarchical" and not _hierarchical.applies(state.topology, straggler):
+        name = "stragglar"     # one node, a rank per node, or S alone on its node: flat
+    if name == "hierarchical":
+        commutative = _exactly_commutative(args.op, args.out.datatype)
+        t_p1, first = _hierarchical.run(state, straggler, args, transport, deadline,
+                                        lambda reqs, dl, phase: _wait_all(state, reqs, dl, phase),
+                                        commutative)
+    else:
+        t_p1, first = _run_schedule(state, name, straggler, args, transport, deadline)
     _record(state, name, straggler, args.policy, t_call, t_p1, first, MPI.Wtime(), transport)
 
 
@@ -90,7 +99,11 @@ def _native(comm, state, args, deadline):
 
 
 def _wait(state, request, deadline, phase):
-    if not _transport.wait([request], deadline):
+    _wait_all(state, [request], deadline, phase)
+
+
+def _wait_all(state, requests, deadline, phase):
+    if not _transport.wait(requests, deadline):
         raise _timed_out(state, phase, None, ())
 
 
@@ -179,7 +192,7 @@ def _roles(state, name, policy, nbytes, n, tracked=False, deadline=0.0):
         state.history.append(previous)
     try:
         if name == "auto":
-            name = auto_algorithm(state.history, n, nbytes)
+            name = auto_algorithm(state.history, n, nbytes, state.tiers())
         if name not in PHASE1_ROLES:
             return name, None
         if policy == "predict":
@@ -206,8 +219,9 @@ def _sampled(state, n, nbytes):
     """
     state.auto_calls += 1
     calls, history = state.auto_calls, state.history
-    if not history or (auto_algorithm([history[-1]], n, nbytes) != "native"
-                       or auto_algorithm(history, n, nbytes) != "native"):
+    tiers = state.tiers()
+    if not history or (auto_algorithm([history[-1]], n, nbytes, tiers) != "native"
+                       or auto_algorithm(history, n, nbytes, tiers) != "native"):
         state.next_pair, state.pair_gap = calls + SAMPLE_FIRST, SAMPLE_FIRST
         return True
     if calls == state.next_pair + 1:

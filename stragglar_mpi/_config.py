@@ -2,10 +2,10 @@
 
 | variable                   | meaning                                                  | default |
 |----------------------------|----------------------------------------------------------|---------|
-| STRAGGLAR_ALGO             | force an algorithm: stragglar, ring, rhd, direct, native, auto (overrides ``algorithm=``) | unset |
+| STRAGGLAR_ALGO             | force an algorithm: stragglar, hierarchical, ring, rhd, direct, native, auto (overrides ``algorithm=``) | unset |
 | STRAGGLAR_TRANSPORT        | cython or python                                         | cython  |
 | STRAGGLAR_AUTO_MIN_BYTES   | ``auto`` takes the native AllReduce below this size     | 4194304 |
-| STRAGGLAR_MODEL            | ``auto``'s cost model: alpha (s), bandwidth (bytes/s), margin | 1e-5,1e9,1.05 |
+| STRAGGLAR_MODEL            | ``auto``'s cost model: alpha (s), bandwidth (bytes/s), margin[, alpha and bandwidth between nodes] | 1e-5,1e9,1.05 |
 | STRAGGLAR_TIMEOUT          | seconds a call waits for late ranks before raising StragglerTimeout | off |
 | STRAGGLAR_VALIDATE         | 1: check that every rank passed the same arguments     | 0       |
 | STRAGGLAR_CUDA_AWARE       | 0 or 1: override the detection of a CUDA-aware MPI      | detected |
@@ -18,7 +18,7 @@ import warnings
 from functools import lru_cache
 from typing import NamedTuple
 
-ALGORITHMS = ("auto", "stragglar", "ring", "rhd", "direct", "native")
+ALGORITHMS = ("auto", "stragglar", "hierarchical", "ring", "rhd", "direct", "native")
 KNOWN = {"STRAGGLAR_ALGO", "STRAGGLAR_TRANSPORT", "STRAGGLAR_AUTO_MIN_BYTES", "STRAGGLAR_MODEL",
          "STRAGGLAR_TIMEOUT", "STRAGGLAR_VALIDATE",
          "STRAGGLAR_CUDA_AWARE", "STRAGGLAR_CUDA_PIECE_BYTES"}
@@ -100,7 +100,9 @@ def _auto_min_bytes(raw):
 
 
 def _model(raw):
-    """(alpha seconds, bandwidth bytes/s, margin) for ``auto``: STRAGGLAR_MODEL="1e-5,1e9,1.05".
+    """(alpha seconds, bandwidth bytes/s, margin[, alpha_inter, bandwidth_inter]) for ``auto``:
+    STRAGGLAR_MODEL="1e-5,1e9,1.05", or with two more values for the links between nodes
+    (without them, a communicator that spans nodes measures both tiers at setup).
 
     The default bandwidth is deliberately low (a loaded shared-memory node), so
     ``auto`` asks for a delay that surely hides the ReduceScatter; on a fast
@@ -108,10 +110,13 @@ def _model(raw):
     """
     raw = "1e-5,1e9,1.05" if raw is None else raw
     try:
-        alpha, bandwidth, margin = (float(x) for x in raw.split(","))
+        values = tuple(float(x) for x in raw.split(","))
+        if len(values) not in (3, 5):
+            raise ValueError
     except ValueError:
-        raise ValueError(f"STRAGGLAR_MODEL must be 'alpha,bandwidth,margin', got {raw!r}") from None
-    return alpha, bandwidth, margin
+        raise ValueError("STRAGGLAR_MODEL must be 'alpha,bandwidth,margin' or "
+                         f"'alpha,bandwidth,margin,alpha_inter,bandwidth_inter', got {raw!r}") from None
+    return values
 
 
 def _timeout(raw):

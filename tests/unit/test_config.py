@@ -22,12 +22,15 @@ def test_a_change_is_seen_by_the_next_read(monkeypatch):
     monkeypatch.delenv("STRAGGLAR_ALGO")
     assert _config.algorithm("native") == "native"
     assert _config.algorithm(None) == "auto"
+    monkeypatch.setenv("STRAGGLAR_MODEL", "1e-5,1e10,1.1,2e-5,5e9")   # two tiers: nothing measured
+    assert _config.current().model == (1e-5, 1e10, 1.1, 2e-5, 5e9)
 
 
 @pytest.mark.parametrize("key,value,match", [
     ("STRAGGLAR_ALGO", "fastest", "STRAGGLAR_ALGO"),
     ("STRAGGLAR_AUTO_MIN_BYTES", "4MiB", "STRAGGLAR_AUTO_MIN_BYTES"),
     ("STRAGGLAR_MODEL", "1e-5,1e9", "STRAGGLAR_MODEL"),
+    ("STRAGGLAR_MODEL", "1e-5,1e9,1.05,2e-5", "STRAGGLAR_MODEL"),
     ("STRAGGLAR_TIMEOUT", "-1", "positive"),
     ("STRAGGLAR_TIMEOUT", "soon", "number of seconds"),
 ])
