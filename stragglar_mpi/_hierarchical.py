@@ -19,7 +19,7 @@ from mpi4py import MPI
 
 from . import _transport
 from ._plan import compile_plan
-from .schedule import chunk_bounds
+from .schedule import chunk_bounds, verify
 from .schedule.hierarchical import hierarchical
 
 _TAG_ACROSS = 32767     # phase-2 rounds use tags 0..32766
@@ -30,9 +30,14 @@ def applies(topology, straggler) -> bool:
     return not topology.flat and len(topology.node(straggler)) > 1
 
 
+@lru_cache(maxsize=32)
+def _verified(nodes, straggler):
+    return verify(hierarchical(nodes, straggler))
+
+
 @lru_cache(maxsize=256)
 def plan_for(nodes, straggler, rank, count, extent, in_place, commutative):
-    schedule = hierarchical(nodes, straggler)
+    schedule = _verified(nodes, straggler)
     prepared = frozenset(c for c, r in enumerate(schedule.owners) if r == rank)
     return schedule, compile_plan(schedule, rank, count, extent, in_place, commutative, prepared)
 
