@@ -8,7 +8,7 @@ from functools import lru_cache
 import numpy as np
 from mpi4py import MPI
 
-from . import _config, _device, _features, _transport
+from . import _config, _device, _features, _hierarchical, _transport
 from ._args import check
 from ._buffers import Message
 from ._errors import Mismatch, Pending, StragglerTimeout
@@ -19,7 +19,7 @@ from ._state import KEYVAL, peek, state_of
 from .schedule import PHASE1, chunk_bounds, rank_view
 
 _ORDERED_FLOAT_OPS = {MPI.MAX.handle, MPI.MIN.handle}
-PHASE1_ROLES = ("stragglar", "direct")
+PHASE1_ROLES = ("stragglar", "direct", "hierarchical")
 
 
 def Allreduce(comm, sendbuf, recvbuf, op=MPI.SUM, *, straggler=None, algorithm=None):
@@ -29,8 +29,9 @@ def Allreduce(comm, sendbuf, recvbuf, op=MPI.SUM, *, straggler=None, algorithm=N
     call, found at run time; the default); or "predict" (the rank that came
     last most often in recent calls, found without waiting).
     ``algorithm``: "auto" (default: native for small buffers or no delay,
-    StragglAR when the observed delay pays), "stragglar", "ring", "rhd",
-    "direct" or "native"; the STRAGGLAR_ALGO environment variable overrides it.
+    StragglAR when the observed delay pays), "stragglar", "hierarchical" (StragglAR
+    on two tiers, for communicators that span nodes), "ring", "rhd", "direct" or
+    "native"; the STRAGGLAR_ALGO environment variable overrides it.
     Non-commutative ops, pair types (MAXLOC/MINLOC), derived datatypes and a
     single rank always take the native path.
     With STRAGGLAR_TIMEOUT set, a call that waits longer raises
@@ -100,13 +101,22 @@ def _run(comm, state, args, settings, t_call, deadline):
         first, transport = None, None
     else:
         transport = _transport.name(settings)
-        t_p1, first = _run_schedule(state, name, straggler, args, transport, deadline)
+        if name == "hierarchical" and not _hierarchical.applies(state.topology, straggler):
+            name = "stragglar"     # one node, a rank per node, or S alone on its node: flat
+        t_p1, first = _run_planned(state, name, straggler, args, transport, deadline)
         t_end = MPI.Wtime()
         _record(state, name, straggler, args.policy, t_call, t_p1, first, t_end, transport)
     if state.tracked_seq != seq:      # a tracked call: the straggler report keeps what ran
         post = t_end - (first if first is not None else t_call)
         log_of(state, args.n, comm.Get_name()).ran(state.tracked_seq, name, straggler,
                                                    args.out.count * args.out.extent, post)
+
+
+def _run_planned(state, name, straggler, args, transport, deadline):
+    if name != "hierarchical":
+        return _run_schedule(state, name, straggler, args, transport, deadline)
+    commutative = _exactly_commutative(args.op, args.out.datatype)
+    return _hierarchical.run(state, straggler, args, transport, deadline, _wait_all, commutative)
 
 
 def _native(comm, state, args, deadline):
@@ -151,7 +161,11 @@ def _native_on_scratch(state, args, deadline):
 
 
 def _wait(request, deadline, phase, peers=()):
-    if not _transport.wait([request], deadline):
+    _wait_all([request], deadline, phase, peers)
+
+
+def _wait_all(requests, deadline, phase, peers=()):
+    if not _transport.wait(requests, deadline):
         raise Pending(peers, phase)
 
 
@@ -301,7 +315,7 @@ def _roles(state, name, policy, nbytes, n, tracked=False, deadline=0.0):
             state.log.arrived(arrivals.seq - 1, previous)
     try:
         if name == "auto":
-            name = auto_algorithm(state.history, n, nbytes)
+            name = auto_algorithm(state.history, n, nbytes, state.tiers())
         if name not in PHASE1_ROLES:
             return name, None
         if policy == "predict":
@@ -328,8 +342,9 @@ def _sampled(state, n, nbytes):
     """
     state.auto_calls += 1
     calls, history = state.auto_calls, state.history
-    if not history or (auto_algorithm([history[-1]], n, nbytes) != "native"
-                       or auto_algorithm(history, n, nbytes) != "native"):
+    tiers = state.tiers()
+    if not history or (auto_algorithm([history[-1]], n, nbytes, tiers) != "native"
+                       or auto_algorithm(history, n, nbytes, tiers) != "native"):
         state.next_pair, state.pair_gap = calls + SAMPLE_FIRST, SAMPLE_FIRST
         return True
     if calls == state.next_pair + 1:

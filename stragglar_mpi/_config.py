@@ -18,7 +18,7 @@ import threading
 from dataclasses import dataclass, field, fields
 from typing import Callable
 
-ALGORITHMS = ("auto", "stragglar", "ring", "rhd", "direct", "native")
+ALGORITHMS = ("auto", "stragglar", "hierarchical", "ring", "rhd", "direct", "native")
 PREFIX = "STRAGGLAR_"
 
 
@@ -75,15 +75,18 @@ def _bytes(least):
 
 
 def _model(name, raw):
-    """(alpha seconds, bandwidth bytes/s, margin) for ``auto``."""
-    accepted = "'alpha,bandwidth,margin': alpha >= 0 seconds, bandwidth > 0 bytes/s, margin > 0"
+    """(alpha seconds, bandwidth bytes/s, margin[, alpha_inter, bandwidth_inter]) for ``auto``;
+    without the last two, a communicator that spans nodes measures both tiers at setup."""
+    accepted = ("'alpha,bandwidth,margin' or 'alpha,bandwidth,margin,alpha_inter,bandwidth_inter': "
+                "alphas >= 0 seconds, bandwidths > 0 bytes/s, margin > 0")
     parts = raw.split(",")
-    if len(parts) != 3:
+    if len(parts) not in (3, 5):
         raise _error(name, raw, accepted)
-    alpha, bandwidth, margin = (_number(name, raw, accepted, p) for p in parts)
-    if alpha < 0 or bandwidth <= 0 or margin <= 0:
+    values = tuple(_number(name, raw, accepted, p) for p in parts)
+    alphas, bandwidths = values[0::3], values[1::3]
+    if min(alphas) < 0 or min(bandwidths) <= 0 or values[2] <= 0:
         raise _error(name, raw, accepted)
-    return alpha, bandwidth, margin
+    return values
 
 
 def _timeout(name, raw):
@@ -111,7 +114,7 @@ def _detected_or_flag(name, raw):
 
 KNOBS = (
     Knob("STRAGGLAR_ALGO", "algo", "", _algo,
-         "force an algorithm: `stragglar`, `ring`, `rhd`, `direct`, `native`, `auto`; "
+         "force an algorithm: `stragglar`, `hierarchical`, `ring`, `rhd`, `direct`, `native`, `auto`; "
          "overrides `algorithm=` (as `NCCL_ALGO` does)"),
     Knob("STRAGGLAR_TRANSPORT", "transport", "cython", _transport, "`cython` or `python`"),
     # Below a few MiB a round costs more than the bandwidth StragglAR saves (the
@@ -121,7 +124,8 @@ KNOBS = (
     # The default bandwidth is deliberately low (a loaded shared-memory node), so
     # `auto` asks for a delay that surely hides the ReduceScatter.
     Knob("STRAGGLAR_MODEL", "model", "1e-5,1e9,1.05", _model,
-         "`auto`'s cost model: `alpha_seconds,bandwidth_bytes_per_s,margin`; "
+         "`auto`'s cost model: `alpha_seconds,bandwidth_bytes_per_s,margin`, optionally "
+         "`,alpha_inter,bandwidth_inter` for the links between nodes (else measured at setup); "
          "set the bandwidth to your links"),
     Knob("STRAGGLAR_TIMEOUT", "timeout", "off", _timeout,
          "seconds a call waits for late ranks before `StragglerTimeout`"),
@@ -143,7 +147,7 @@ class Settings:
     algo: str                    # "" or a forced algorithm
     transport: str
     auto_min_bytes: int
-    model: tuple                 # (alpha seconds, bandwidth bytes/s, margin)
+    model: tuple                 # (alpha s, bandwidth B/s, margin[, alpha_inter s, bandwidth_inter B/s])
     timeout: float | None
     validate: bool
     report: bool

@@ -172,6 +172,8 @@ def _aware(comm, name, policy, src, out, op, in_place):
             check_op(op, out.datatype)
         name, straggler = host._roles(state, name, policy, out.count * out.extent, n,
                                       tracked=bool(deadline), deadline=deadline)
+    if name == "hierarchical":   # not written for device pointers yet: the flat schedule
+        name = "stragglar"
     if name == "native":
         send = MPI.IN_PLACE if in_place else _region(src, 0, src.count)
         host._wait(MPI.Intracomm.Iallreduce(state.private, send, _region(out, 0, out.count), op),

@@ -9,6 +9,7 @@ import math
 from collections import Counter
 
 from . import _config
+from .schedule.tiers import costs
 
 POLICIES = ("arrival", "predict")
 WINDOW = 8          # calls of history that a decision looks at
@@ -42,12 +43,36 @@ def model_times(n, nbytes, alpha, bandwidth):
     return reduce_scatter, post_arrival, synchronous
 
 
-def auto_algorithm(history, n, nbytes):
+def auto_algorithm(history, n, nbytes, tiers=None):
     """"stragglar" when the expected delay hides its ReduceScatter and it then beats a
-    synchronous AllReduce by the configured margin; otherwise "native"."""
+    synchronous AllReduce by the configured margin; otherwise "native".
+
+    ``tiers``: (topology, links) of a communicator that spans nodes; then the choice is
+    among native, flat stragglar and hierarchical by the two-tier model.
+    """
     if n < 3 or not history:
         return "native"
-    alpha, bandwidth, margin = _config.model()
+    if tiers is not None:
+        return _auto_two_tier(history, nbytes, *tiers)
+    alpha, bandwidth, margin = _config.model()[:3]
     rs, post, sync = model_times(n, nbytes, alpha, bandwidth)
     after_arrival = max(0.0, rs - expected_gap(history)) + post
     return "stragglar" if after_arrival * margin < sync else "native"
+
+
+def _auto_two_tier(history, nbytes, topology, links):
+    """The fastest after arrival of native, flat stragglar and hierarchical (schedule/tiers.py).
+
+    Native is priced as a flat ring or recursive halving/doubling at the slower tier
+    (an MPI that does not follow the nodes); StragglAR must win by the margin.
+    """
+    margin = _config.model()[2]
+    m, k = len(topology.nodes), max(len(node) for node in topology.nodes)
+    model = costs(m, k, nbytes, links.alpha_intra, links.bandwidth_intra,
+                  links.alpha_inter, links.bandwidth_inter)
+    gap = expected_gap(history)
+    native = min(model["ring"].post_arrival, model["rhd"].post_arrival)
+    late = predict_straggler(history, len(topology.node_of))
+    candidates = ["stragglar"] + (["hierarchical"] if len(topology.node(late)) > 1 else [])
+    best = min(candidates, key=lambda name: model[name].after(gap))
+    return best if model[best].after(gap) * margin < native else "native"

@@ -55,6 +55,8 @@ class State:
         self.bindings = _bind.Bindings() if _bind else None   # earlier calls' checks (_bind.pyx)
         self.log = None                   # what tracked calls ran, for the report (_report.Log)
         self._arrivals = None
+        self.topology, self.node_comm, self.links = None, None, None
+        self.node_early = {}              # straggler -> its node without it (hierarchical)
         self._scratch = np.empty(0, dtype=np.uint8)
 
     def setup(self, comm, deadline=0.0):
@@ -75,6 +77,36 @@ class State:
         self.key = self.private.bcast((MPI.Wtime(), os.getpid(), id(self)), root=0)
         if self.private.Get_size() > 1:
             self.arrivals()   # collective, like the Dup: both happen in the first call only
+            self._setup_topology()
+
+    def _setup_topology(self):
+        """Nodes and, across several nodes, link figures for ``auto`` (collective, once)."""
+        from . import _config, _topology
+        self.topology, self.node_comm = _topology.discover(self.private)
+        if self.topology.flat:
+            return
+        model = _config.current().model
+        if len(model) == 5:
+            self.links = _topology.Links(model[0], model[1], model[3], model[4])
+        else:
+            self.links = _topology.measure(self.private, self.topology)
+
+    def tiers(self):
+        """(topology, links) when the communicator spans nodes, else None (one tier)."""
+        return None if self.links is None else (self.topology, self.links)
+
+    def node_early_comm(self, straggler):
+        """The straggler's node without it (call on that node's early ranks)."""
+        sub = self.node_early.get(straggler)
+        if sub is None:
+            group = self.node_comm.Get_group()
+            local = self.topology.local(straggler)
+            early = group.Excl([local])
+            sub = self.node_comm.Create_group(early, _TAG_SUBCOMM + 1)
+            early.Free()
+            group.Free()
+            self.node_early[straggler] = sub
+        return sub
 
     def arrivals(self):
         """The shared arrival table (made collectively with the state, in the first call)."""
@@ -135,10 +167,13 @@ class State:
         if MPI.Is_finalized():
             return
         self.free_arrivals()
-        for sub in self.early_comms.values():
+        for sub in list(self.early_comms.values()) + list(self.node_early.values()):
             if sub is not None:
                 sub.Free()
         self.early_comms.clear()
+        self.node_early.clear()
+        if self.node_comm is not None:
+            self.node_comm.Free()
         if self.private is not None:
             self.private.Free()
 

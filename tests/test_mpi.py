@@ -38,6 +38,35 @@ def test_mpi_suite(n, transport):
     assert rc == 0, out[-20000:]
 
 
+# Emulated nodes are MPICH's cliques; Open MPI has no such setting (docs: README, Open MPI).
+NODES = pytest.mark.skipif(not launcher.emulates_nodes(), reason="this MPI cannot emulate nodes on one machine")
+
+
+# Emulated nodes: the mpich wheel puts rank r on node r mod K (MPIR_CVAR_NUM_CLIQUES=K);
+# traffic between them goes over TCP loopback.  (n, K): 2x2, 2x4, 4x2 and 3,3,2.
+CLIQUE_RUNS = [(4, 2, "cython"), (8, 2, "cython"), (8, 4, "cython"), (8, 3, "cython"), (8, 3, "python")]
+
+
+def _cliques(k):
+    return {"MPIR_CVAR_NUM_CLIQUES": str(k), "UCX_TLS": "tcp,self"}
+
+
+@NODES
+@pytest.mark.parametrize("n,k,transport", CLIQUE_RUNS)
+def test_hierarchical_on_emulated_nodes(n, k, transport):
+    rc, out = run_mpi(n, ["mpi/test_hierarchical.py"], transport, extra_env=_cliques(k))
+    assert rc == 0, out[-20000:]
+
+
+@NODES
+def test_the_rest_on_emulated_nodes():
+    """Everything else keeps working when the communicator spans nodes (2 nodes of 2)."""
+    files = ["mpi/test_allreduce.py", "mpi/test_bind.py", "mpi/test_reliability.py",
+             "mpi/test_policy.py"]
+    rc, out = run_mpi(4, files, extra_env=_cliques(2))
+    assert rc == 0, out[-20000:]
+
+
 @pytest.mark.slow
 def test_count_above_2_31_at_two_ranks():
     rc, out = run_mpi(2, ["-m", "slow", "mpi/test_huge.py"], timeout=900)
@@ -58,8 +87,6 @@ def test_info_command_reports_mpi_and_the_compiled_transport():
 
 # Emulated nodes (MPICH cliques; traffic between them over TCP, no asynchronous progress):
 # cyclic node of rank r = r mod K; the tests also renumber into the block layout.
-# Emulated nodes are MPICH's cliques; Open MPI has no such setting (docs: README, Open MPI).
-NODES = pytest.mark.skipif(not launcher.emulates_nodes(), reason="this MPI cannot emulate nodes on one machine")
 CLIQUES = {"2x2": (4, {"MPIR_CVAR_ODD_EVEN_CLIQUES": "1"}),
            "3 nodes of 3,3,2": (8, {"MPIR_CVAR_NUM_CLIQUES": "3"})}
 FAKETIME = [p for p in ("/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1",

@@ -140,8 +140,12 @@ def parser() -> argparse.ArgumentParser:
            "iteration; none = nobody late (--delay 0); all with --roles arrival unless given; "
            "sets the straggler, so not with --straggler")
     a("--seed", type=int, default=0, help="seed of the straggler and delay draws")
+    a("--layout", choices=("as-is", "block", "cyclic"), default="as-is",
+      help="renumber the ranks so that nodes hold consecutive ranks (block, Slurm's default) or "
+           "node i holds ranks i, i+m, ... (cyclic, MPICH's emulated cliques); as-is keeps them")
     a("-a", "--algorithms", type=parse_algorithms, default="native,ring,rhd,stragglar,auto",
-      help="comma-separated, from native (plain comm.Allreduce), ring, rhd, stragglar, direct, auto; "
+      help="comma-separated, from native (plain comm.Allreduce), ring, rhd, stragglar, hierarchical, "
+           "direct, auto; "
            "native2 runs native again: its ratio to native is the noise of the measurement")
     a("--no-bound", action="store_true",
       help="skip the lower bound (the straggler and a partner swap the whole buffer)")
@@ -196,6 +200,7 @@ def main(argv=None, comm=None) -> int:
     """Run the benchmark on ``comm`` (default COMM_WORLD); every rank must call it."""
     comm = MPI.COMM_WORLD if comm is None else comm
     args = parser().parse_args(argv)
+    comm = relayout(comm, args.layout)
     problem = _scenario_problem(args) or _apply_scenario(args, comm.Get_size()) or _problem(args, comm)
     if problem:
         if comm.Get_rank() == 0:
@@ -203,6 +208,22 @@ def main(argv=None, comm=None) -> int:
         return 2
     run(args, comm, argv)
     return 0
+
+
+def relayout(comm, layout):
+    """``comm`` renumbered so that its nodes are blocks of ranks or cyclic; collective."""
+    if layout == "as-is":
+        return comm
+    node = comm.Split_type(MPI.COMM_TYPE_SHARED, key=comm.Get_rank())
+    leader = comm.allgather(node.allreduce(comm.Get_rank(), op=MPI.MIN))
+    firsts = sorted(set(leader))
+    index, local = firsts.index(leader[comm.Get_rank()]), node.Get_rank()
+    node.Free()
+    if layout == "block":   # node index first: the nodes become blocks of consecutive ranks
+        key = index * comm.Get_size() + local
+    else:                   # local rank first: node i holds ranks i, i+m, ...
+        key = local * len(firsts) + index
+    return comm.Split(0, key)
 
 
 def _scenario_problem(args):

@@ -11,7 +11,7 @@ from .. import Allreduce, stats
 from ..schedule import build
 from ._data import POISON, count_wrong
 
-LIBRARY = ("stragglar", "ring", "rhd", "direct", "auto")
+LIBRARY = ("stragglar", "hierarchical", "ring", "rhd", "direct", "auto")
 VARIANTS = ("native", "native2") + LIBRARY + ("bound",)
 _TAG = 7303
 

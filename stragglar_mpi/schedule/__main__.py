@@ -4,6 +4,8 @@
     python -m stragglar_mpi.schedule verify --n 2..256
     python -m stragglar_mpi.schedule simulate --n 4,8,16,32,64,128,256 \\
         --size 1GiB --alpha 3us --bandwidth 450GiB/s
+    python -m stragglar_mpi.schedule simulate --node-size 8 --n 16,32,64,128,256,512,1024 \\
+        --bandwidth 450GB/s --alpha-inter 5us --bandwidth-inter 50GB/s
 """
 from __future__ import annotations
 
@@ -148,6 +150,8 @@ def _compact(ns: list[int]) -> str:
 
 
 def cmd_simulate(args) -> int:
+    if args.node_size:
+        return _simulate_tiers(args)
     names = ["ring", "rhd", "direct", "stragglar"]
     cost = (args.size, args.alpha, args.bandwidth)
     print(f"size={args.size:.0f} B alpha={args.alpha:g} s bandwidth={args.bandwidth:.4g} B/s; "
@@ -175,6 +179,52 @@ def _table(names, ns, cost, delay_of, field) -> None:
         speedup = times["ring"] / times["stragglar"] if times["stragglar"] else float("nan")
         print(f"{n:>5} {delay * 1e3:>9.3f} " + " ".join(f"{times[a] * 1e3:>10.4f}" for a in names)
               + f" {speedup:>8.2f}")
+
+
+_TIER_NAMES = ("hierarchical", "hring", "stragglar", "rhd", "ring")
+
+
+def _simulate_tiers(args) -> int:
+    """Nodes of --node-size ranks (block layout), two tiers of links; the last rank late."""
+    from .hierarchical import hierarchical
+    from .simulate import Tiers
+    from .tiers import costs
+    k = args.node_size
+    bad = [n for n in args.n if n % k or n // k < 2]
+    if bad:
+        raise SystemExit(f"--n must be multiples of --node-size {k}, at least two nodes: {bad}")
+    a2 = args.alpha if args.alpha_inter is None else args.alpha_inter
+    b2 = args.bandwidth if args.bandwidth_inter is None else args.bandwidth_inter
+    print(f"nodes of {k} ranks; size={args.size:.0f} B; inside alpha={args.alpha:g} s "
+          f"bandwidth={args.bandwidth:.4g} B/s; between alpha={a2:g} s bandwidth={b2:.4g} B/s")
+    print("times in ms; hring = hierarchical ring (closed form); the others simulated; "
+          "speedup = hring / hierarchical")
+    rows = []
+    for n in args.n:
+        m = n // k
+        nodes = tuple(tuple(range(i * k, (i + 1) * k)) for i in range(m))
+        tiers = Tiers(tuple(r // k for r in range(n)), a2, b2)
+        model = costs(m, k, args.size, args.alpha, args.bandwidth, a2, b2)
+        late, prompt = {}, {}
+        for name in _TIER_NAMES:
+            if name == "hring":
+                late[name] = prompt[name] = model[name].post_arrival
+                continue
+            schedule = hierarchical(nodes, n - 1) if name == "hierarchical" else build(name, n)
+            late[name] = simulate(schedule, args.size, args.alpha, args.bandwidth,
+                                  [0.0] * (n - 1) + [1e3], tiers).post_arrival
+            prompt[name] = simulate(schedule, args.size, args.alpha, args.bandwidth,
+                                    None, tiers).finish
+        rows.append((m, late, prompt))
+    for title, pick in (("straggler late enough to hide phase 1 (time after it arrives):", 1),
+                        ("no straggler (everyone arrives at 0; time to finish):", 2)):
+        print(f"\n{title}")
+        print(f"{'nodes':>5} {'n':>5} " + " ".join(f"{a:>12}" for a in _TIER_NAMES) + f" {'speedup':>8}")
+        for row in rows:
+            times = row[pick]
+            print(f"{row[0]:>5} {row[0] * k:>5} " + " ".join(f"{times[a] * 1e3:>12.3f}" for a in _TIER_NAMES)
+                  + f" {times['hring'] / times['hierarchical']:>8.2f}")
+    return 0
 
 
 def cmd_search(args) -> int:
@@ -225,6 +275,13 @@ def main(argv=None) -> int:
                      help="e.g. 450GiB/s")
     sim.add_argument("--delay", type=parse_time, default=None,
                      help="straggler delay, e.g. 5ms (default: just long enough to hide phase 1)")
+    sim.add_argument("--node-size", type=int, default=0,
+                     help="ranks per node: two tiers (--alpha/--bandwidth inside a node, "
+                          "--alpha-inter/--bandwidth-inter between), hierarchical algorithms")
+    sim.add_argument("--alpha-inter", type=parse_time, default=None,
+                     help="latency between nodes, e.g. 5us (default: --alpha)")
+    sim.add_argument("--bandwidth-inter", type=parse_bandwidth, default=None,
+                     help="bandwidth between nodes, e.g. 50GB/s (default: --bandwidth)")
     sim.set_defaults(run=cmd_simulate)
     search = sub.add_parser("search", help="search greedy seeds for n that miss the bound")
     search.add_argument("--n", type=parse_ns, required=True)

@@ -16,6 +16,8 @@ import json
 from dataclasses import dataclass, field
 
 ALGORITHMS = ("stragglar", "ring", "rhd", "direct")
+#: Algorithms whose schedule also depends on which ranks share a node (schedule/hierarchical.py).
+TOPOLOGY_ALGORITHMS = ("hierarchical",)
 
 
 class ScheduleError(ValueError):
@@ -53,10 +55,12 @@ class Schedule:
     straggler: int | None
     chunks: int
     rounds: tuple[tuple[Transfer, ...], ...] = field(default=())
+    owners: tuple[int, ...] = ()   # "hierarchical": the rank holding chunk c after phase 1
 
     def __post_init__(self):
         rounds = tuple(tuple(r) for r in self.rounds)
         object.__setattr__(self, "rounds", rounds)
+        object.__setattr__(self, "owners", tuple(self.owners))
 
     @property
     def early(self) -> tuple[int, ...]:
@@ -70,16 +74,20 @@ class Schedule:
             for rnd in self.rounds
         )
         straggler = None if self.straggler is None else mapping[self.straggler]
-        return Schedule(self.algorithm, self.n, straggler, self.chunks, rounds)
+        return Schedule(self.algorithm, self.n, straggler, self.chunks, rounds,
+                        tuple(mapping[r] for r in self.owners))
 
     def to_dict(self) -> dict:
-        return {
+        d = {
             "algorithm": self.algorithm,
             "n": self.n,
             "straggler": self.straggler,
             "chunks": self.chunks,
             "rounds": [[t.to_dict() for t in rnd] for rnd in self.rounds],
         }
+        if self.owners:
+            d["owners"] = list(self.owners)
+        return d
 
     def to_json(self, indent=None) -> str:
         return json.dumps(self.to_dict(), indent=indent)
@@ -94,7 +102,8 @@ class Schedule:
             )
             straggler = d.get("straggler")
             return cls(str(d["algorithm"]), int(d["n"]),
-                       None if straggler is None else int(straggler), int(d["chunks"]), rounds)
+                       None if straggler is None else int(straggler), int(d["chunks"]), rounds,
+                       tuple(int(r) for r in d.get("owners", ())))
         except (KeyError, TypeError) as exc:
             raise ScheduleError(f"malformed schedule JSON: {exc!r}") from exc
 

@@ -11,12 +11,19 @@ from __future__ import annotations
 
 import operator
 
-from .model import ALGORITHMS, Schedule, ScheduleError, gc_paused
+from .model import ALGORITHMS, TOPOLOGY_ALGORITHMS, Schedule, ScheduleError, gc_paused
 
-__all__ = ["verify", "verify_field", "check_stragglar_copies", "PHASE1"]
+__all__ = ["verify", "verify_field", "check_stragglar_copies", "PHASE1", "MULTI_PORT"]
+
+#: Algorithms whose ranks may talk to several peers in one round (the round is a step
+#: of the plan: a rank posts all its messages of a round at once).
+MULTI_PORT = ("hierarchical",)
 
 #: What each algorithm's ranks did before the schedule starts (``None``: nothing).
-PHASE1 = {"stragglar": "reduce_scatter", "direct": "allreduce", "ring": None, "rhd": None}
+#: "reduce_to_owners": chunk c is reduced over every rank but the straggler at
+#: ``schedule.owners[c]`` (hierarchical: the early ranks of the straggler's node).
+PHASE1 = {"stragglar": "reduce_scatter", "direct": "allreduce", "ring": None, "rhd": None,
+          "hierarchical": "reduce_to_owners"}
 
 
 def verify(schedule: Schedule) -> Schedule:
@@ -29,14 +36,24 @@ def _verify(schedule: Schedule) -> Schedule:
     _check_header(schedule)
     state = _precondition(schedule)
     full = (1 << schedule.n) - 1
-    one_chunk = schedule.algorithm == "stragglar"
+    one_chunk = schedule.algorithm in ("stragglar", "hierarchical")
     for r, rnd in enumerate(schedule.rounds):
         columns = _columns(rnd)
-        if not _ports_ok(schedule, columns, one_chunk):
+        if schedule.algorithm in MULTI_PORT:
+            _check_multi_port(schedule, r, rnd)
+        elif not _ports_ok(schedule, columns, one_chunk):
             _check_ports(schedule, r, rnd, one_chunk)  # finds and names the culprit
         _apply(state, r, columns, full)
     _check_complete(state, full)
     return schedule
+
+
+def _check_multi_port(s: Schedule, r: int, rnd) -> None:
+    """Several peers per rank and round; still no chunk twice to one rank in a round."""
+    for t in rnd:
+        _check_transfer(s, r, t)
+    if len({(t.dst, t.chunk) for t in rnd}) < len(rnd):
+        _raise_duplicate(r, rnd)
 
 
 def _columns(rnd):
@@ -61,11 +78,12 @@ def _ports_ok(s: Schedule, columns, one_chunk: bool) -> bool:
 
 
 def _check_header(s: Schedule) -> None:
-    if s.algorithm not in ALGORITHMS:
-        raise ScheduleError(f"unknown algorithm {s.algorithm!r}; expected one of {ALGORITHMS}")
+    if s.algorithm not in ALGORITHMS + TOPOLOGY_ALGORITHMS:
+        raise ScheduleError(f"unknown algorithm {s.algorithm!r}; "
+                            f"expected one of {ALGORITHMS + TOPOLOGY_ALGORITHMS}")
     if s.n < 1:
         raise ScheduleError(f"n must be >= 1, got {s.n}")
-    if s.algorithm in ("stragglar", "direct"):
+    if s.algorithm in ("stragglar", "direct", "hierarchical"):
         if s.straggler is None or not 0 <= s.straggler < s.n:
             raise ScheduleError(f"{s.algorithm} needs a straggler in 0..{s.n - 1}, got {s.straggler}")
     expected = {"stragglar": max(s.n - 1, 1), "direct": 1, "ring": s.n}.get(s.algorithm)
@@ -73,6 +91,11 @@ def _check_header(s: Schedule) -> None:
         raise ScheduleError(f"{s.algorithm} with n={s.n} has {expected} chunks, got {s.chunks}")
     if s.chunks < 1:
         raise ScheduleError(f"chunks must be >= 1, got {s.chunks}")
+    if PHASE1.get(s.algorithm) == "reduce_to_owners" and (
+            len(s.owners) != s.chunks or s.straggler in s.owners
+            or not all(0 <= r < s.n for r in s.owners)):
+        raise ScheduleError(f"{s.algorithm} needs one owner per chunk, none of them the "
+                            f"straggler; got owners {s.owners} for {s.chunks} chunks")
 
 
 def _precondition(s: Schedule) -> list[list[int]]:
@@ -83,6 +106,9 @@ def _precondition(s: Schedule) -> list[list[int]]:
     early_mask = ((1 << s.n) - 1) & ~(1 << s.straggler)
     if PHASE1[s.algorithm] == "reduce_scatter":
         for c, rank in enumerate(s.early):
+            state[rank][c] = early_mask
+    elif PHASE1[s.algorithm] == "reduce_to_owners":
+        for c, rank in enumerate(s.owners):
             state[rank][c] = early_mask
     else:
         for rank in s.early:

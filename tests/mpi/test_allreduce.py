@@ -12,7 +12,7 @@ from mpi4py import MPI
 import stragglar_mpi
 from stragglar_mpi import Allreduce, stats
 
-ALGOS = ["stragglar", "ring", "rhd", "direct", "native", "auto"]
+ALGOS = ["stragglar", "ring", "rhd", "direct", "native", "auto", "hierarchical"]
 INTS = list("bBhHiIlLqQ")
 FLOATS = list("efdg")
 COMPLEX = list("FDG")

@@ -79,7 +79,7 @@ def test_validation_passes_good_calls_through(comm):
             assert np.all(recv == 2.0 * n)
 
 
-@pytest.mark.parametrize("algo", ["stragglar", "ring"])
+@pytest.mark.parametrize("algo", ["stragglar", "ring", "hierarchical"])
 def test_timeout_names_the_missing_rank_and_the_phase(comm, algo):
     needs(2, comm)
     n, rank = comm.Get_size(), comm.Get_rank()

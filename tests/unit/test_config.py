@@ -28,6 +28,8 @@ def test_read_once_until_configure(setenv, monkeypatch):
     setenv(STRAGGLAR_ALGO=None)
     assert _config.algorithm("native") == "native"
     assert _config.algorithm(None) == "auto"
+    monkeypatch.setenv("STRAGGLAR_MODEL", "1e-5,1e10,1.1,2e-5,5e9")   # two tiers: nothing measured
+    assert _config.current().model == (1e-5, 1e10, 1.1, 2e-5, 5e9)
 
 
 def test_settings_are_frozen():
@@ -43,6 +45,9 @@ def test_settings_are_frozen():
     ("STRAGGLAR_AUTO_MIN_BYTES", "1.5"),
     ("STRAGGLAR_MODEL", "1e-5,1e9"),
     ("STRAGGLAR_MODEL", "1e-5,0,1"),
+    ("STRAGGLAR_MODEL", "1e-5,1e9,1.05,2e-5"),
+    ("STRAGGLAR_MODEL", "1e-5,1e9,1.05,2e-5,0"),
+    ("STRAGGLAR_MODEL", "1e-5,1e9,1.05,-2e-5,1e9"),
     ("STRAGGLAR_MODEL", "1e-5,-1e9,1"),
     ("STRAGGLAR_MODEL", "-1,1e9,1"),
     ("STRAGGLAR_MODEL", "1e-5,1e9,0"),

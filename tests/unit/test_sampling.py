@@ -11,7 +11,7 @@ LATE = Arrival(tuple(range(N)), (0.0,) * (N - 1) + (1.0,))     # the last rank 1
 
 
 def tracked_calls(calls, record_for):
-    state = SimpleNamespace(auto_calls=0, history=[], next_pair=1, pair_gap=1)
+    state = SimpleNamespace(auto_calls=0, history=[], next_pair=1, pair_gap=1, tiers=lambda: None)
     tracked = []
     for call in range(1, calls + 1):
         if _allreduce._sampled(state, N, NBYTES):
