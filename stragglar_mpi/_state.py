@@ -148,7 +148,7 @@ def _presence(comm, deadline):
     sends = [comm.Isend([empty, MPI.BYTE], r, tag) for r in others]
     if not wait(recvs + sends, deadline):
         missing = [r for r, live in zip(others, unanswered(recvs)) if live]
-        cancel(recvs + sends)
+        cancel(recvs + sends, empty)
         raise Pending(missing, _SETUP, missing=missing)
 
 
@@ -171,7 +171,7 @@ def _agree_on_straggler(private, straggler, deadline):
     silent = [] if done else [r for r, live in zip(peers, unanswered(recvs)) if live]
     phase = f"the sub-communicator of the early ranks (first call with straggler={straggler})"
     if not done:
-        cancel(recvs + sends)
+        cancel(recvs + sends, mine, theirs)
         for r in silent:     # a late rank that gets our value later must not go on to Create_group
             private.Isend(_WITHDRAWN, r, _tag())
     other = [(r, int(v)) for r, v in zip(peers, theirs[:, 0]) if r not in silent and v != straggler]
