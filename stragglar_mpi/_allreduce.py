@@ -263,7 +263,7 @@ def _allgather(comm, mine, sizes, deadline):
     sends = [comm.Isend(mine, r, tag) for r in others]
     if not _transport.wait(recvs + sends, deadline):
         missing = [r for r, live in zip(others, _transport.unanswered(recvs)) if live]
-        _transport.cancel(recvs + sends)
+        _transport.cancel(recvs + sends, mine, got)
         raise Pending(missing, phase, missing=missing)
     return got
 

@@ -11,10 +11,13 @@ blocking step comes after a nonblocking one that proves every member is there:
 - the setup (first call): with a deadline, a presence message from every member
   (zero bytes, on the caller's communicator, tag MPI_TAG_UB) names the ranks that
   did not come; then ``Idup`` waited with the deadline; once it completes every
-  member is in the setup, so the key broadcast and the window creation cannot hang;
+  member is in the setup, so the key broadcast and the window creation follow at once
+  (in this thread: window creation in a helper thread corrupted memory under MPICH);
 - a sub-communicator (first call with a straggler value): every early rank sends
   its straggler value to the other early ranks and waits for theirs with the
-  deadline; ``Create_group`` follows only when all agree.
+  deadline (one that gives up sends a withdrawal, so that a late rank does not go on);
+  ``Create_group`` follows only when all agree, in a helper thread waited with the
+  deadline.
 """
 from __future__ import annotations
 
@@ -65,11 +68,12 @@ class State:
             _presence(comm, deadline)
         private, request = MPI.Intracomm.Idup(comm)
         if not wait([request], deadline):
+            cancel([], private, request)   # MPI completes the Idup into them later: keep them
             others = [r for r in range(comm.Get_size()) if r != comm.Get_rank()]
             raise Pending(others, _SETUP + ": the other ranks did not join its duplicate "
                           "(they may have given up waiting for this rank)")
         self.private = MPI.Intracomm(private)
-        _bounded(self._collective_setup, deadline, _SETUP)
+        self._collective_setup()    # every member has joined the Idup: this cannot wait for long
 
     def _collective_setup(self):
         # The same key on every member: windows are freed at exit in key order,
@@ -188,7 +192,7 @@ def _presence(comm, deadline):
     sends = [comm.Isend([empty, MPI.BYTE], r, tag) for r in others]
     if not wait(recvs + sends, deadline):
         missing = [r for r, live in zip(others, unanswered(recvs)) if live]
-        cancel(recvs + sends)
+        cancel(recvs + sends, empty)
         raise Pending(missing, _SETUP, missing=missing)
 
 
@@ -211,7 +215,7 @@ def _agree_on_straggler(private, straggler, deadline):
     silent = [] if done else [r for r, live in zip(peers, unanswered(recvs)) if live]
     phase = f"the sub-communicator of the early ranks (first call with straggler={straggler})"
     if not done:
-        cancel(recvs + sends)
+        cancel(recvs + sends, mine, theirs)
         for r in silent:     # a late rank that gets our value later must not go on to Create_group
             private.Isend(_WITHDRAWN, r, _tag())
     other = [(r, int(v)) for r, v in zip(peers, theirs[:, 0]) if r not in silent and v != straggler]

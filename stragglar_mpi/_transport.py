@@ -141,8 +141,13 @@ def unanswered(reqs):
     return [bool(r) and not r.Test() for r in reqs]
 
 
-def cancel(reqs):
-    """Cancel what is still posted; free what will not die within half a second."""
+_ABANDONED = []   # buffers of requests given up on: MPI may still touch them, so never freed
+
+
+def cancel(reqs, *buffers):
+    """Cancel what is still posted; free what will not die within half a second.
+    ``buffers`` (the library's own, behind ``reqs``) are kept alive for good."""
+    _ABANDONED.extend(buffers)
     live = [r for r in reqs if r]
     for r in live:
         r.Cancel()

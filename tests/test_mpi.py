@@ -24,6 +24,8 @@ def run_mpi(n, args, transport="cython", timeout=TIMEOUT, extra_env=None, ranks=
     """``ranks``: MPMD launch, one ``(count, [env assignments])`` per block of ranks."""
     env = dict(SMPI_TEST_IN_MPIEXEC="1", STRAGGLAR_TRANSPORT=transport,
                NUMBA_ENABLE_CUDASIM="1", SMPI_TEST_INSTALLED="1", **(extra_env or {}))
+    if "-m" not in args:    # timeouts run in their own launch (test_mpi_timeouts)
+        args = ["-m", "not slow and not timeouts", *args]
     argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-x", *args]
     rc, out, _ = launcher.run(n, argv, timeout, cwd=HERE, env=env, ranks=ranks)
     return rc, out
@@ -32,9 +34,19 @@ def run_mpi(n, args, transport="cython", timeout=TIMEOUT, extra_env=None, ranks=
 @pytest.mark.parametrize("transport", TRANSPORTS)
 @pytest.mark.parametrize("n", SIZES)
 def test_mpi_suite(n, transport):
-    rc, out = run_mpi(n, ["mpi"], transport)
+    rc, out = run_mpi(n, ["-m", "not slow and not timeouts", "mpi"], transport)
     summary = [line for line in out.splitlines() if " passed" in line or " failed" in line]
     print(f"mpiexec -n {n} ({transport}):", summary[-1] if summary else "(no summary)")
+    assert rc == 0, out[-20000:]
+
+
+@pytest.mark.parametrize("transport", ["cython", "python"])
+def test_mpi_timeouts(transport):
+    """The tests that let a timeout expire, in their own processes at 4 ranks: after a
+    timeout a job should abort, so they do not share a process with the rest."""
+    rc, out = run_mpi(4, ["-m", "timeouts", "mpi/test_reliability.py"], transport)
+    summary = [line for line in out.splitlines() if " passed" in line or " failed" in line]
+    print(f"mpiexec -n 4 timeouts ({transport}):", summary[-1] if summary else "(no summary)")
     assert rc == 0, out[-20000:]
 
 
