@@ -15,7 +15,8 @@ from pathlib import Path
 import mpi4py
 import pytest
 
-from test_mpi import SIZES, mpiexec
+import launcher
+from test_mpi import SIZES
 from test_examples import run_script
 
 HERE = Path(__file__).resolve().parent
@@ -46,7 +47,7 @@ def mpi4py_tests():
 
 @pytest.mark.parametrize("n", SIZES)
 def test_mpi4py_suite_with_comm(mpi4py_tests, n):
-    assert mpiexec()
+    assert launcher.mpiexec()
     out = run_script(n, HERE / "mpi4py_suite" / "run.py", str(mpi4py_tests))
     summary = re.search(rf"with stragglar_mpi.Comm on {n} ranks: (\d+) tests, (\d+) failed", out)
     assert summary, out[-4000:]
