@@ -8,7 +8,7 @@ from mpi4py import MPI
 from stragglar_mpi import Allreduce, stats
 from stragglar_mpi._state import state_of
 from stragglar_mpi.bench._cli import relayout
-from test_allreduce import CASES, bytes_equal_everywhere, contribution, expected, late
+from test_allreduce import CASES, bytes_equal_everywhere, contribution, expected, late, mpi_maps
 
 
 @pytest.fixture(scope="module", params=["cyclic", "block"])
@@ -62,6 +62,8 @@ def test_every_dtype_and_op(laid_out, code, opname):
     comm = laid_out
     n, rank = comm.Get_size(), comm.Get_rank()
     straggler = (len(code) * 7 + len(opname) * 3 + ord(code)) % n   # positions vary with the case
+    if not mpi_maps(code):     # test_allreduce checks the error mpi4py raises for it
+        return
     for count, in_place in ((2 * n + 3, False), (n + 1, True)):
         send = contribution(rank, n, count, code, opname)
         recv = send.copy() if in_place else np.zeros_like(send)
