@@ -28,7 +28,7 @@ def test_read_once_until_configure(setenv, monkeypatch):
     setenv(STRAGGLAR_ALGO=None)
     assert _config.algorithm("native") == "native"
     assert _config.algorithm(None) == "auto"
-    monkeypatch.setenv("STRAGGLAR_MODEL", "1e-5,1e10,1.1,2e-5,5e9")   # two tiers: nothing measured
+    setenv(STRAGGLAR_MODEL="1e-5,1e10,1.1,2e-5,5e9")   # two tiers: nothing measured
     assert _config.current().model == (1e-5, 1e10, 1.1, 2e-5, 5e9)
 
 
