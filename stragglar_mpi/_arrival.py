@@ -36,6 +36,7 @@ from ._clock import offsets
 
 _TAG_NOTICE, _TAG_DECISION = 11, 12
 _CLOCK_ROUNDS = 8
+_SETTLE_S = 10.0           # free(): the longest wait for notices already sent
 
 
 @dataclass(frozen=True)
@@ -220,7 +221,12 @@ class Arrivals:
     def _send(self, buf, tag, peers):
         self._sends += [(self.comm.Isend(buf, r, tag), buf) for r in peers]
 
-    def free(self):
+    def free(self, settle=True):
+        """Release the duplicate.  With ``settle`` (no call timed out), first take in the
+        last call's notices: every rank sent them, and one left unreceived would wait in
+        the MPI's queue and be matched by a later duplicate that reuses the context id."""
+        if settle and self._before is not None:
+            self._before.wait(self.n - 1, MPI.Wtime() + _SETTLE_S)
         for notices in (self._before, self._current):
             if notices is not None:
                 notices.cancel()

@@ -131,7 +131,7 @@ class State:
 
     def free_arrivals(self):
         if self._arrivals is not None and not MPI.Is_finalized():
-            self._arrivals.free()
+            self._arrivals.free(settle=not self.broken)
         self._arrivals = None
 
     def early_comm(self, straggler, deadline=0.0):

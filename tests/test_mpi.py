@@ -74,9 +74,7 @@ def test_hierarchical_on_emulated_nodes(n, k, transport):
 @NODES
 def test_the_rest_on_emulated_nodes():
     """Everything else keeps working when the communicator spans nodes (2 nodes of 2)."""
-    # mpi/test_reliability.py is not here yet: at 2x2 over TCP its run crashed (Hydra
-    # "assert (!closed)") in the merged code; an open item of issue 14.
-    files = ["mpi/test_allreduce.py", "mpi/test_bind.py", "mpi/test_policy.py"]
+    files = ["mpi/test_allreduce.py", "mpi/test_bind.py", "mpi/test_policy.py", "mpi/test_reliability.py"]
     rc, out = run_mpi(4, files, extra_env=_cliques(2))
     assert rc == 0, out[-20000:]
 

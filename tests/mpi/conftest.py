@@ -35,10 +35,17 @@ def pytest_sessionfinish(session, exitstatus):
     session.config._smpi_status = int(exitstatus)
 
 
+# A rank whose tests failed aborts the job: the others may be blocked in a collective
+# the failed test left behind, and would otherwise wait for MPIEXEC_TIMEOUT.
 def pytest_unconfigure(config):
     import os
     import sys
+    status = getattr(config, "_smpi_status", 1)
+    if status not in (0, 5) and MPI.COMM_WORLD.Get_size() > 1:     # 5: no tests collected
+        sys.stdout.flush()
+        sys.stderr.flush()
+        MPI.COMM_WORLD.Abort(status)
     if os.environ.get("SMPI_TEST_END_WITHOUT_FINALIZE") == "1":
         sys.stdout.flush()
         sys.stderr.flush()
-        os._exit(getattr(config, "_smpi_status", 1))
+        os._exit(status)

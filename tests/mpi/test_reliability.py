@@ -513,14 +513,23 @@ def test_intercommunicators_take_the_native_path(comm):
         made.Free()
 
 
+# MPICH 5.0.2's MPI_Dist_graph_create never returns when ranks are split into emulated
+# nodes, without this library too: `MPIR_CVAR_NUM_CLIQUES=2 mpiexec -n 4 python -c "from
+# mpi4py import MPI; c = MPI.COMM_WORLD; r = c.rank; c.Create_dist_graph([r], [1], [(r + 1) % 4])"`
+# hangs (and returns at once without the variable).
+_EMULATED_NODES = (int(os.environ.get("MPIR_CVAR_NUM_CLIQUES") or 1) > 1
+                   or os.environ.get("MPIR_CVAR_ODD_EVEN_CLIQUES", "0") not in ("", "0"))
+
+
 def test_comm_wraps_topology_constructors(comm):
     from stragglar_mpi import Comm
     n, rank = comm.Get_size(), comm.Get_rank()
     ours = Comm(comm)
     made = [ours.Create_cart([n], [True]),
             ours.Create_graph(list(range(1, n + 1)), [(r + 1) % n for r in range(n)]),
-            ours.Create_dist_graph_adjacent([(rank - 1) % n], [(rank + 1) % n]),
-            ours.Create_dist_graph([rank], [1], [(rank + 1) % n])]
+            ours.Create_dist_graph_adjacent([(rank - 1) % n], [(rank + 1) % n])]
+    if not _EMULATED_NODES:
+        made.append(ours.Create_dist_graph([rank], [1], [(rank + 1) % n]))
     made.append(made[0].Sub([True]))
     for topo in made:
         assert isinstance(topo, Comm), type(topo)
