@@ -79,6 +79,14 @@ def test_the_rest_on_emulated_nodes():
     assert rc == 0, out[-20000:]
 
 
+@NODES
+def test_timeouts_on_emulated_nodes():
+    """A missing rank is named and every rank raises when the ranks span nodes (2 of 2)."""
+    env = dict(_cliques(2), SMPI_TEST_END_WITHOUT_FINALIZE="1")
+    rc, out = run_mpi(4, ["-m", "timeouts", "mpi/test_reliability.py"], extra_env=env)
+    assert rc == 0, out[-20000:]
+
+
 @pytest.mark.slow
 def test_count_above_2_31_at_two_ranks():
     rc, out = run_mpi(2, ["-m", "slow", "mpi/test_huge.py"], timeout=900)
