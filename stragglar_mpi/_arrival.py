@@ -1,7 +1,7 @@
 """Who arrived when: arrival notices by eager point-to-point, times on one clock.
 
-Each tracked call, every rank sends a 16-byte notice (the call's number and its
-arrival time) to every other rank on a private duplicate.  A message that small
+Each tracked call, every rank sends a 24-byte notice (the call's number, its
+arrival time and the table's token) to every other rank on a private duplicate.  A message that small
 goes eagerly: the send completes at the sender and the data waits at the
 receiver without either side's progress, so a rank that is late, outside MPI,
 holds up nobody's notice.  (An RMA window on one host does not have that
@@ -36,7 +36,6 @@ from ._clock import offsets
 
 _TAG_NOTICE, _TAG_DECISION = 11, 12
 _CLOCK_ROUNDS = 8
-_SETTLE_S = 10.0           # free(): the longest wait for notices already sent
 
 
 @dataclass(frozen=True)
@@ -63,8 +62,8 @@ def coordinator(previous, n):
 class _Notices:
     """The notices of one call: one receive posted from every other rank."""
 
-    def __init__(self, comm, seq, box):
-        self.seq, self.box = seq, box
+    def __init__(self, comm, seq, box, token):
+        self.comm, self.seq, self.box, self.token = comm, seq, box, token
         me = comm.Get_rank()
         self.ranks = [r for r in range(comm.Get_size()) if r != me]
         self.requests = [comm.Irecv(box[r], r, _TAG_NOTICE) for r in self.ranks]
@@ -78,8 +77,13 @@ class _Notices:
         """Take in the notices that came since the last poll (one MPI_Testsome); return their ranks."""
         if not self.pending:
             return []
-        new = [self.ranks[i] for i in (MPI.Request.Testsome(self.requests) or ())]
-        for r in new:
+        new = []
+        for i in MPI.Request.Testsome(self.requests) or ():
+            r = self.ranks[i]
+            if self.box[r, 2] != self.token:      # left over from a freed duplicate: not ours
+                self.requests[i] = self.comm.Irecv(self.box[r], r, _TAG_NOTICE)
+                continue
+            new.append(r)
             if int(self.box[r, 0]) != self.seq:
                 raise RuntimeError(f"arrival notice of call {int(self.box[r, 0])} from rank {r} in call "
                                    f"{self.seq}: ranks called Allreduce in different sequences")
@@ -116,8 +120,12 @@ class Arrivals:
         self.n, self.rank = self.comm.Get_size(), self.comm.Get_rank()
         self.offset = offsets(self.comm, _CLOCK_ROUNDS)
         self.seq = 0
-        self._boxes = (np.zeros((self.n, 2)), np.zeros((self.n, 2)))
-        self._current = _Notices(self.comm, 0, self._boxes[0])
+        # Notices carry this table's token: one that a freed duplicate left in the MPI's
+        # queue (the last call's notices may still be on the way when it is freed) can
+        # be matched by a later duplicate that reuses the context id; it is dropped.
+        self.token = float(self.comm.bcast(int.from_bytes(os.urandom(6), "little") + 1, root=0))
+        self._boxes = (np.zeros((self.n, 3)), np.zeros((self.n, 3)))
+        self._current = _Notices(self.comm, 0, self._boxes[0], self.token)
         self._before = None             # notices of the previous call, until its record is built
         self._mine = {}                 # seq -> this rank's arrival time (current and previous)
         self._previous = None
@@ -140,7 +148,7 @@ class Arrivals:
         self._current.drain()
         self.place = len(self._current.heard)
         self._mine[self.seq] = t
-        note = np.array([self.seq, t])
+        note = np.array([self.seq, t, self.token])
         self._send(note, _TAG_NOTICE, [r for r in range(self.n) if r != self.rank])
         return self.place
 
@@ -168,21 +176,30 @@ class Arrivals:
         if self.rank == self.coordinator:
             last = self._decide(deadline)
             if last is not None:
-                decision = np.array([self.seq, last], np.int64)
+                decision = np.array([self.seq, last, int(self.token)], np.int64)
                 self._send(decision, _TAG_DECISION, [r for r in range(self.n) if r != self.rank])
             return last
-        got = np.zeros(2, np.int64)
-        req = self.comm.Irecv(got, self.coordinator, _TAG_DECISION)
-        while not req.Test():
-            if deadline and MPI.Wtime() > deadline:
-                req.Cancel()
-                req.Wait()
-                return None
-            os.sched_yield()
+        got = self._decision(deadline)
+        if got is None:
+            return None
         if int(got[0]) != self.seq:
             raise RuntimeError(f"roles of call {int(got[0])} from rank {self.coordinator} in call {self.seq}: "
                                "ranks called Allreduce in different sequences")
         return int(got[1])
+
+    def _decision(self, deadline):
+        """The coordinator's answer (seq, straggler, token); None if ``deadline`` passes."""
+        got = np.zeros(3, np.int64)
+        while True:
+            req = self.comm.Irecv(got, self.coordinator, _TAG_DECISION)
+            while not req.Test():
+                if deadline and MPI.Wtime() > deadline:
+                    req.Cancel()
+                    req.Wait()
+                    return None
+                os.sched_yield()
+            if got[2] == int(self.token):
+                return got          # else: left over from a freed duplicate
 
     def _decide(self, deadline):
         """On the coordinator: the one rank missing once n-1 have arrived."""
@@ -215,18 +232,13 @@ class Arrivals:
         """This rank is done with the call's roles: listen for the next call's notices."""
         self._before = self._current
         self.seq += 1
-        self._current = _Notices(self.comm, self.seq, self._boxes[self.seq % 2])
+        self._current = _Notices(self.comm, self.seq, self._boxes[self.seq % 2], self.token)
         self._sends = [(req, buf) for req, buf in self._sends if not req.Test()]
 
     def _send(self, buf, tag, peers):
         self._sends += [(self.comm.Isend(buf, r, tag), buf) for r in peers]
 
-    def free(self, settle=True):
-        """Release the duplicate.  With ``settle`` (no call timed out), first take in the
-        last call's notices: every rank sent them, and one left unreceived would wait in
-        the MPI's queue and be matched by a later duplicate that reuses the context id."""
-        if settle and self._before is not None:
-            self._before.wait(self.n - 1, MPI.Wtime() + _SETTLE_S)
+    def free(self):
         for notices in (self._before, self._current):
             if notices is not None:
                 notices.cancel()

@@ -15,9 +15,10 @@ blocking step comes after a nonblocking one that proves every member is there:
   (in this thread: window creation in a helper thread corrupted memory under MPICH);
 - a sub-communicator (first call with a straggler value): every early rank sends
   its straggler value to the other early ranks and waits for theirs with the
-  deadline (one that gives up sends a withdrawal, so that a late rank does not go on);
-  ``Create_group`` follows only when all agree, in a helper thread waited with the
-  deadline.
+  deadline; ``Create_group`` follows when all have come and agree, in a helper
+  thread waited with the deadline.  One that gave up waiting still enters it, from
+  a background thread, once the values come (_agree_on_straggler): so no thread is
+  left blocked in ``Create_group`` when every early rank came, late or not.
 """
 from __future__ import annotations
 
@@ -131,7 +132,7 @@ class State:
 
     def free_arrivals(self):
         if self._arrivals is not None and not MPI.Is_finalized():
-            self._arrivals.free(settle=not self.broken)
+            self._arrivals.free()
         self._arrivals = None
 
     def early_comm(self, straggler, deadline=0.0):
@@ -152,13 +153,15 @@ class State:
                 old.Free()
         sub = None
         if self.private.Get_rank() != straggler:
-            _agree_on_straggler(self.private, straggler, deadline)
             group = self.private.Get_group()
             early = group.Excl([straggler])
-            sub = _bounded(lambda: self.private.Create_group(early, _TAG_SUBCOMM), deadline,
-                           f"the sub-communicator of the early ranks (straggler={straggler})")
-            early.Free()
             group.Free()
+            private = self.private      # a thread may call make() after this state is freed
+            make = (lambda: private.Create_group(early, _TAG_SUBCOMM))
+            _agree_on_straggler(private, straggler, deadline, make)
+            sub = _bounded(make, deadline, f"the sub-communicator of the early ranks (straggler={straggler})",
+                           private)
+            early.Free()                # (kept by a thread that has not finished with it)
         comms[straggler] = sub
         return sub
 
@@ -178,7 +181,7 @@ class State:
         self.node_early.clear()
         if self.node_comm is not None:
             self.node_comm.Free()
-        if self.private is not None:
+        if self.private is not None and not _in_use(self.private):
             self.private.Free()
 
 
@@ -201,72 +204,124 @@ def _tag():
     return MPI.COMM_WORLD.Get_attr(MPI.TAG_UB)
 
 
-def _agree_on_straggler(private, straggler, deadline):
+def _agree_on_straggler(private, straggler, deadline, make):
     """Before ``Create_group`` (which blocks): every early rank has come with the same
     straggler value.  Pending names the early ranks not heard from by ``deadline``;
-    another value raises Mismatch naming the ranks that passed it."""
+    another value raises Mismatch naming the ranks that passed it.
+
+    The rule that keeps ``Create_group`` from blocking for good: an early rank enters
+    it exactly when it has every other early rank's value and they all agree, on time
+    or not.  Values are never withdrawn (the sends are left to complete), so if one
+    rank has them all, every early rank came and each one gets them all too; one that
+    gave up gets them in a background thread that then enters ``Create_group`` (and
+    frees what it made), and the ranks already inside are released."""
     rank, n = private.Get_rank(), private.Get_size()
     peers = [r for r in range(n) if r not in (rank, straggler)]
     mine = np.array([straggler], np.int64)
     theirs = np.full((len(peers), 1), -1, np.int64)
     recvs = [private.Irecv(theirs[k], r, _tag()) for k, r in enumerate(peers)]
     sends = [private.Isend(mine, r, _tag()) for r in peers]
-    done = wait(recvs + sends, deadline)
+    done = wait(recvs, deadline)
     silent = [] if done else [r for r, live in zip(peers, unanswered(recvs)) if live]
-    phase = f"the sub-communicator of the early ranks (first call with straggler={straggler})"
-    if not done:
-        cancel(recvs + sends, mine, theirs)
-        for r in silent:     # a late rank that gets our value later must not go on to Create_group
-            private.Isend(_WITHDRAWN, r, _tag())
-    other = [(r, int(v)) for r, v in zip(peers, theirs[:, 0]) if r not in silent and v != straggler]
+    _mismatch(rank, straggler, [(r, int(v)) for r, v in zip(peers, theirs[:, 0])
+                                if r not in silent and v != straggler])
+    if silent:
+        _Finisher(recvs + sends, (mine, theirs), straggler, make, private).start()
+        raise Pending(silent, f"the sub-communicator of the early ranks (first call with straggler={straggler})")
+    _LINGERING[:] = [(r, b) for r, b in _LINGERING if not MPI.Request.Testall(r)]
+    _LINGERING.append((sends, mine))      # eager: complete, or soon
+
+
+def _mismatch(rank, straggler, other):
     if other:
         raise Mismatch(f"stragglar_mpi: straggler= differs across ranks: rank {rank} passed "
                        f"{straggler}, " + ", ".join(f"rank {r} passed {v}" for r, v in other))
-    if silent:
-        raise Pending(silent, phase)
-    gave_up = [r for r in peers if _withdrawn(private, r)]
-    if gave_up:
-        raise Pending(gave_up, phase + f": rank(s) {', '.join(map(str, gave_up))} had given up "
-                      "waiting for this rank")
 
 
-_WITHDRAWN = np.array([-1], np.int64)   # "I gave up": sent after a timed-out agreement
+_LINGERING = []          # (requests, buffers) that MPI still owns: kept until they complete
+_THREADS = []            # background threads that may still be in MPI (joined at exit)
+_STOP = threading.Event()
 
 
-def _withdrawn(private, peer):
-    """Whether ``peer`` has already sent its withdrawal after the value we received."""
-    if not private.Iprobe(peer, _tag()):
-        return False
-    value = np.zeros(1, np.int64)
-    private.Recv(value, peer, _tag())
-    return value[0] == -1
+class _Finisher(threading.Thread):
+    """After a timed-out agreement: take in the values still to come, then enter
+    ``Create_group`` as the other early ranks may have (see _agree_on_straggler).
+    Polls with a sleep, never spins; stops, cancelling its receives, at exit."""
+
+    def __init__(self, reqs, buffers, straggler, make, comm):
+        super().__init__(daemon=True, name="stragglar_mpi sub-communicator")
+        self.reqs, self.buffers, self.straggler, self.make = reqs, buffers, straggler, make
+        _track(self, comm)
+
+    def run(self):
+        while not MPI.Request.Testall(self.reqs):
+            if _STOP.wait(0.002):
+                cancel(self.reqs, *self.buffers)
+                return
+        if np.all(self.buffers[1] == self.straggler):
+            self.make().Free()
 
 
-def _bounded(make, deadline, phase):
+def _bounded(make, deadline, phase, comm):
     """``make()``, a blocking collective, given up at ``deadline``: it runs in a thread
     that stays blocked (with the state unusable) if the other members gave up after
     they proved present.  Without a deadline or MPI_THREAD_MULTIPLE, called directly."""
     if not deadline or MPI.Query_thread() != MPI.THREAD_MULTIPLE:
         return make()
-    result = []
+    result, lock = [], threading.Lock()
 
     def run():
         try:
-            result.append((True, make()))
+            outcome = (True, make())
         except BaseException as exc:    # handed to the caller's thread
-            result.append((False, exc))
+            outcome = (False, exc)
+        with lock:
+            result.append(outcome)
+            late = len(result) > 1      # the caller gave up first: nobody will use it
+        if late and outcome[0]:
+            outcome[1].Free()
 
     worker = threading.Thread(target=run, daemon=True, name="stragglar_mpi blocking setup")
+    _track(worker, comm)
     worker.start()
     while worker.is_alive() and MPI.Wtime() < deadline:
         worker.join(0.001)
-    if not result:
-        raise Pending((), phase + ": the other members did not complete it (they may have "
-                      "given up waiting for this rank)")
+    with lock:
+        if not result:
+            result.append(None)
+            raise Pending((), phase + ": the other members did not complete it (they may have "
+                          "given up waiting for this rank)")
     ok, value = result[0]
     if not ok:
         raise value
     return value
+
+
+def _track(thread, comm):
+    _THREADS[:] = [(t, c) for t, c in _THREADS if t.is_alive()]
+    _THREADS.append((thread, comm))
+
+
+def _in_use(comm):
+    """Whether a background thread may still call MPI on ``comm`` (then it is not freed)."""
+    return any(t.is_alive() and c is comm for t, c in _THREADS)
+
+
+@atexit.register
+def _end_threads(grace=2.0):
+    """Before MPI_Finalize: give the background threads a moment to finish (a late
+    rank's values may still be on the way), then stop those still waiting for values.
+    One blocked inside Create_group cannot be stopped: say so (abort after a timeout)."""
+    until = MPI.Wtime() + grace
+    for t, _ in _THREADS:
+        t.join(max(0.0, until - MPI.Wtime()))
+    _STOP.set()
+    for t, _ in _THREADS:
+        t.join(0.5)
+    if any(t.is_alive() for t, _ in _THREADS):
+        import sys
+        print("stragglar_mpi: a Create_group given up after a timeout is still blocked at exit; "
+              "MPI_Finalize may fail (after a timeout, abort the job: README)", file=sys.stderr)
 
 
 _WITH_WINDOWS = weakref.WeakSet()

@@ -44,8 +44,7 @@ def test_mpi_suite(n, transport):
 def test_mpi_timeouts(transport):
     """The tests that let a timeout expire, in their own processes at 4 ranks: after a
     timeout a job should abort, so they do not share a process with the rest."""
-    rc, out = run_mpi(4, ["-m", "timeouts", "mpi/test_reliability.py"], transport,
-                      extra_env={"SMPI_TEST_END_WITHOUT_FINALIZE": "1"})
+    rc, out = run_mpi(4, ["-m", "timeouts", "mpi/test_reliability.py"], transport)
     summary = [line for line in out.splitlines() if " passed" in line or " failed" in line]
     print(f"mpiexec -n 4 timeouts ({transport}):", summary[-1] if summary else "(no summary)")
     assert rc == 0, out[-20000:]
@@ -82,8 +81,7 @@ def test_the_rest_on_emulated_nodes():
 @NODES
 def test_timeouts_on_emulated_nodes():
     """A missing rank is named and every rank raises when the ranks span nodes (2 of 2)."""
-    env = dict(_cliques(2), SMPI_TEST_END_WITHOUT_FINALIZE="1")
-    rc, out = run_mpi(4, ["-m", "timeouts", "mpi/test_reliability.py"], extra_env=env)
+    rc, out = run_mpi(4, ["-m", "timeouts", "mpi/test_reliability.py"], extra_env=_cliques(2))
     assert rc == 0, out[-20000:]
 
 

@@ -279,6 +279,18 @@ def test_missing_rank_at_a_new_straggler(comm):
         waited = time.monotonic() - t0 - (LATE if comm.Get_rank() == 1 else 0)
     comm.Barrier()
     assert_named(comm, 1, err, waited, "sub-communicator" if comm.Get_rank() != 2 else "phase 2")
+    # Every early rank came (rank 1 late): those that gave up still enter Create_group
+    # from a background thread, so no thread stays blocked in MPI (MPI_Finalize with
+    # one blocked there crashed).
+    until = time.monotonic() + 5
+    while _library_threads() and time.monotonic() < until:
+        time.sleep(0.01)
+    assert not _library_threads()
+    comm.Barrier()
+
+
+def _library_threads():
+    return [t.name for t in threading.enumerate() if t.name.startswith("stragglar_mpi")]
 
 
 @pytest.mark.timeouts
