@@ -34,7 +34,7 @@ from . import _allreduce, _config
 from ._args import check
 from ._device import is_device_call
 from ._errors import StragglerTimeout
-from ._transport import cancel as _keep_pending, wait as _wait_for
+from ._transport import cancel as _keep_pending, unanswered, wait as _wait_for
 
 try:
     from ._handle import adopt
@@ -239,7 +239,7 @@ class _Progress:
 
     def __init__(self, comm):
         shadow, self._joining = MPI.Intracomm.Idup(comm)    # completed by the thread
-        self.shadow = MPI.Intracomm(shadow)
+        self.shadow, self._comm = MPI.Intracomm(shadow), comm
         self.joined, self.broken, self.last_end = False, None, 0.0
         self._cond = threading.Condition()
         self._queue = deque()
@@ -292,15 +292,34 @@ class _Progress:
             raise RuntimeError(f"stragglar_mpi: nonblocking calls on this communicator are "
                                f"unusable after: {self.broken}")
         timeout = _config.current().timeout
-        if not _wait_for([self._joining], MPI.Wtime() + timeout if timeout else 0.0):
+        deadline = MPI.Wtime() + timeout if timeout else 0.0
+        missing = _presence(self._comm, deadline) if deadline else []
+        if missing or not _wait_for([self._joining], deadline):
             _keep_pending([], self.shadow, self._joining)    # MPI may complete the Idup later
+            who = (f"rank(s) {', '.join(map(str, missing))} did not arrive" if missing else
+                   "every rank arrived, so the others may have given up waiting for this one")
             self.broken = (f"Iallreduce timed out after {timeout:g} s in the setup of its "
-                           "duplicate (the first nonblocking call on this communicator): some "
-                           "rank did not make that call")
+                           f"duplicate (the first nonblocking call on this communicator): {who}")
             raise StragglerTimeout(f"stragglar_mpi: {self.broken}. Abort the job (comm.Abort()).",
-                                   phase="the setup of the nonblocking calls' duplicate")
+                                   missing=missing, phase="the setup of the nonblocking calls' duplicate")
+        self._comm = None
         self.joined = True
         self.shadow.Set_name(f"{self.shadow.Get_name()} (stragglar_mpi nonblocking)")
+
+
+def _presence(comm, deadline):
+    """The ranks of ``comm`` not in their first nonblocking call by ``deadline``: a zero-byte
+    message from every rank to every other (on ``comm``, tag TAG_UB - 2, first call only)."""
+    rank, n = comm.Get_rank(), comm.Get_size()
+    tag, empty = MPI.COMM_WORLD.Get_attr(MPI.TAG_UB) - 2, bytearray(0)
+    others = [r for r in range(n) if r != rank]
+    recvs = [comm.Irecv([bytearray(0), MPI.BYTE], r, tag) for r in others]
+    sends = [comm.Isend([empty, MPI.BYTE], r, tag) for r in others]
+    if _wait_for(recvs + sends, deadline):
+        return []
+    missing = [r for r, live in zip(others, unanswered(recvs)) if live]
+    _keep_pending(recvs + sends, empty)
+    return missing
 
 
 def _progress(comm):

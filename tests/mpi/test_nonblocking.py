@@ -296,3 +296,4 @@ def test_missing_rank_at_the_first_nonblocking_call(comm):
     assert waited < TIMEOUT + 2.5
     if rank != late:
         assert "duplicate" in info.value.phase, info.value.phase
+        assert info.value.missing == (late,) and f"rank(s) {late} did not arrive" in str(info.value)
