@@ -150,7 +150,7 @@ class _Call:
         status.Set_elements(MPI.BYTE, 0)
         status.Set_cancelled(self.state == CANCELLED)
         if self.error is not None and not self.quiet:
-            raise MPI.Exception(MPI.ERR_OTHER)   # mpi4py's Waitall raises; our Wait says what
+            raise self.error     # mpi4py prints it and its Waitall raises MPI.Exception
 
     def _free(self):
         pass

@@ -228,6 +228,11 @@ def test_an_error_of_the_operation_comes_from_wait_on_every_rank(comm):
         with pytest.raises(ValueError, match="differ across ranks"):
             request.Wait()
         request.Wait()                               # reported once
+        request = Iallreduce(c, np.ones(count), np.ones(count), algorithm="stragglar")
+        with pytest.raises(MPI.Exception):           # mpi4py's own Waitall
+            MPI.Request.Waitall([request, c.Ibarrier()])
+        with pytest.raises(ValueError, match="differ across ranks"):
+            request.Wait()                           # then ours says what it was
     c.Free()
 
 
