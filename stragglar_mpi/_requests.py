@@ -30,7 +30,7 @@ from collections import Counter, deque
 
 from mpi4py import MPI
 
-from . import _allreduce, _config
+from . import _allreduce, _config, _cuda
 from ._args import check
 from ._device import is_device_call
 from ._errors import StragglerTimeout
@@ -51,8 +51,8 @@ def Iallreduce(comm, sendbuf, recvbuf, op=MPI.SUM, *, straggler=None, algorithm=
     Wait or Test.  Needs MPI_THREAD_MULTIPLE (mpi4py's default)."""
     if not _allreduce._supported(comm):
         return MPI.Comm.Iallreduce(comm, _in_place(sendbuf), recvbuf, op)
-    _check(comm, sendbuf, recvbuf, op, straggler, algorithm)
-    call = _Call(_progress(comm), (sendbuf, recvbuf, op, straggler, algorithm))
+    device = _check(comm, sendbuf, recvbuf, op, straggler, algorithm)
+    call = _Call(_progress(comm), (sendbuf, recvbuf, op, straggler, algorithm), device)
     return Request(call.start())
 
 
@@ -64,8 +64,8 @@ def Allreduce_init(comm, sendbuf, recvbuf, op=MPI.SUM, *, straggler=None, algori
     if adopt is None:
         raise RuntimeError("stragglar_mpi: Allreduce_init needs the compiled extensions "
                            "(pip install . builds them)")
-    _check(comm, sendbuf, recvbuf, op, straggler, algorithm)
-    return Prequest(_progress(comm), (sendbuf, recvbuf, op, straggler, algorithm))
+    device = _check(comm, sendbuf, recvbuf, op, straggler, algorithm)
+    return Prequest(_progress(comm), (sendbuf, recvbuf, op, straggler, algorithm), device)
 
 
 def stats(comm) -> dict:
@@ -89,11 +89,16 @@ def _in_place(sendbuf):
 def _check(comm, sendbuf, recvbuf, op, straggler, algorithm):
     """Bad arguments raise at the call, as the blocking call's do.  Under
     STRAGGLAR_VALIDATE (errors on every rank) and for device buffers the checks run
-    with the operation, and their errors come from Wait and Test."""
+    with the operation, and their errors come from Wait and Test.  Returns the
+    caller's CUDA device for device buffers (the thread then works on it), else None."""
     _require_threads()
     settings = _config.current()
-    if not (settings.validate or is_device_call(sendbuf, recvbuf)):
+    device = is_device_call(sendbuf, recvbuf)
+    if not (settings.validate or device):
         check(comm, sendbuf, recvbuf, op, straggler, algorithm, settings)
+    if device and not _cuda.simulated():
+        return _cuda.numba_cuda().get_current_device().id
+    return None
 
 
 def _require_threads():
@@ -111,8 +116,8 @@ def _require_threads():
 class _Call:
     """One operation: its arguments, the generalized request that stands for it, its fate."""
 
-    def __init__(self, progress, args):
-        self.progress, self.args = progress, args
+    def __init__(self, progress, args, device=None):
+        self.progress, self.args, self.device = progress, args, device
         self.state, self.error, self.reported, self.quiet = QUEUED, None, False, False
         self.finished = threading.Event()
         self.grequest = None
@@ -126,6 +131,8 @@ class _Call:
         sendbuf, recvbuf, op, straggler, algorithm = self.args
         try:
             self.progress.join()
+            if self.device is not None:    # kernels and copies on the caller's GPU
+                _cuda.numba_cuda().select_device(self.device)
             _allreduce.Allreduce(self.progress.shadow, sendbuf, recvbuf, op,
                                  straggler=straggler, algorithm=algorithm)
         except BaseException as exc:     # handed to Wait / Test on this rank
@@ -204,12 +211,12 @@ class Prequest(_Ops, MPI.Prequest):
     """What ``Allreduce_init`` returns: an ``MPI.Prequest``; each Start queues one operation.
     ``Startall`` starts ours and mpi4py's; ``Free`` releases it (once it completes)."""
 
-    def __new__(cls, progress, args):
+    def __new__(cls, progress, args, device=None):
         return super().__new__(cls)
 
-    def __init__(self, progress, args):
+    def __init__(self, progress, args, device=None):
         super().__init__()
-        self._progress, self._args, self._call = progress, args, None
+        self._progress, self._args, self._device, self._call = progress, args, device, None
 
     def Start(self):
         if self._args is None:
@@ -217,7 +224,7 @@ class Prequest(_Ops, MPI.Prequest):
         if self:
             raise RuntimeError("stragglar_mpi: Start of a persistent request that is still "
                                "active (Wait for it first)")
-        call = _Call(self._progress, self._args).start()
+        call = _Call(self._progress, self._args, self._device).start()
         adopt(self, call.grequest)
         self._call = call
 
