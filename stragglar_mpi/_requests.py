@@ -1,10 +1,14 @@
 """Nonblocking and persistent StragglAR: ``Iallreduce`` and ``Allreduce_init``.
 
-- **A shadow and a progress thread per communicator.** The first nonblocking call on a
-  communicator starts, on every rank, an ``Idup`` of it (the *shadow*) and a thread
-  that runs the communicator's nonblocking operations one at a time, in call order.
-  Every rank starts the same operations in the same order (MPI's rule for
-  collectives), so the threads of all ranks meet in the same operation.
+- **Lanes: a shadow and a progress thread each.** A communicator's nonblocking
+  operations go to up to LANES lanes, the k-th Iallreduce to lane k mod LANES (a
+  persistent request keeps the lane it got at init).  A lane, made at its first
+  operation, is an ``Idup`` of the communicator (its *shadow*) and a thread that runs
+  the lane's operations one at a time, in call order.  Every rank starts the same
+  operations in the same order (MPI's rule for collectives), so every rank puts an
+  operation in the same lane, and the threads of all ranks meet in it.  Operations in
+  different lanes run at once: a bucket's phase 1 need not wait for the phase 2 of the
+  bucket before it, which waits for the straggler.
 - **The thread runs the blocking call** (``_allreduce.Allreduce`` on the shadow) on
   the operation's buffers: bind, roles, phase 1, the plan, the timeout, all as for a
   blocking call.  Its waits release the GIL (the compiled transport runs the whole
@@ -52,7 +56,7 @@ def Iallreduce(comm, sendbuf, recvbuf, op=MPI.SUM, *, straggler=None, algorithm=
     if not _allreduce._supported(comm):
         return MPI.Comm.Iallreduce(comm, _in_place(sendbuf), recvbuf, op)
     device = _check(comm, sendbuf, recvbuf, op, straggler, algorithm)
-    call = _Call(_progress(comm), (sendbuf, recvbuf, op, straggler, algorithm), device)
+    call = _Call(_lanes(comm).next(), (sendbuf, recvbuf, op, straggler, algorithm), device)
     return Request(call.start())
 
 
@@ -65,21 +69,21 @@ def Allreduce_init(comm, sendbuf, recvbuf, op=MPI.SUM, *, straggler=None, algori
         raise RuntimeError("stragglar_mpi: Allreduce_init needs the compiled extensions "
                            "(pip install . builds them)")
     device = _check(comm, sendbuf, recvbuf, op, straggler, algorithm)
-    return Prequest(_progress(comm), (sendbuf, recvbuf, op, straggler, algorithm), device)
+    return Prequest(_lanes(comm).next(), (sendbuf, recvbuf, op, straggler, algorithm), device)
 
 
 def stats(comm) -> dict:
     """Per-communicator counters, blocking and nonblocking calls together: ``calls``
     (algorithm -> count) and ``last`` (the call that ended last).  Local."""
     mine = _allreduce.stats(comm)
-    progress = comm.Get_attr(_KEYVAL) if isinstance(comm, MPI.Comm) else None
-    if progress is None or not progress.joined:
-        return mine
-    theirs = _allreduce.stats(progress.shadow)
-    calls = Counter(mine["calls"])
-    calls.update(theirs["calls"])
-    newer = theirs["last"] and progress.last_end > _allreduce.last_end(comm)
-    return {"calls": dict(calls), "last": theirs["last"] if newer else mine["last"]}
+    lanes = comm.Get_attr(_KEYVAL) if isinstance(comm, MPI.Comm) else None
+    calls, last, end = Counter(mine["calls"]), mine["last"], _allreduce.last_end(comm)
+    for lane in lanes.lanes if lanes is not None else ():
+        theirs = _allreduce.stats(lane.shadow) if lane.joined else {"calls": {}, "last": {}}
+        calls.update(theirs["calls"])
+        if theirs["last"] and lane.last_end > end:
+            last, end = theirs["last"], lane.last_end
+    return {"calls": dict(calls), "last": last}
 
 
 def _in_place(sendbuf):
@@ -329,16 +333,41 @@ def _presence(comm, deadline):
     return missing
 
 
-def _progress(comm):
-    progress = comm.Get_attr(_KEYVAL)
-    if progress is None:
-        progress = _Progress(comm)
-        comm.Set_attr(_KEYVAL, progress)
-    return progress
+#: Lanes per communicator: operations that may run at once (each lane costs a duplicate,
+#: its setup at the lane's first operation, a thread and the library's scratch memory).
+LANES = 4
 
 
-def _delete(comm, keyval, progress):
-    progress.close()
+class _Lanes:
+    """A communicator's lanes, made one by one as the operations reach them."""
+
+    def __init__(self, comm):
+        self.comm, self.lanes, self.started = comm, [], 0
+
+    def next(self):
+        """The lane of the next operation (the same on every rank: the same count)."""
+        k = self.started % LANES
+        self.started += 1
+        if k == len(self.lanes):
+            self.lanes.append(_Progress(self.comm))
+        return self.lanes[k]
+
+    def close(self):
+        for lane in self.lanes:
+            lane.close()
+        self.comm = None
+
+
+def _lanes(comm):
+    lanes = comm.Get_attr(_KEYVAL)
+    if lanes is None:
+        lanes = _Lanes(comm)
+        comm.Set_attr(_KEYVAL, lanes)
+    return lanes
+
+
+def _delete(comm, keyval, lanes):
+    lanes.close()
 
 
 _KEYVAL = MPI.Comm.Create_keyval(delete_fn=_delete)

@@ -5,7 +5,7 @@ Expected values come from formulas, so every test passes at any world size."""
 import os
 import random
 import time
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 
 import numpy as np
 import pytest
@@ -154,10 +154,12 @@ def test_startall_over_ours_and_mpi4pys_and_restarts(comm):
 def test_cancel_of_a_queued_operation(comm):
     from stragglar_mpi import _requests
     buf = np.full(100, 5.0)
-    first = Iallreduce(comm, MPI.IN_PLACE, np.ones(10))        # sets the thread up
-    first.Wait()
-    progress = comm.Get_attr(_requests._KEYVAL)
-    with progress._cond:          # the thread cannot take the next operation meanwhile
+    for _ in range(_requests.LANES):                           # sets every lane up
+        Iallreduce(comm, MPI.IN_PLACE, np.ones(10)).Wait()
+    lanes = comm.Get_attr(_requests._KEYVAL)
+    with ExitStack() as held:     # no thread can take its next operation meanwhile
+        for lane in lanes.lanes:
+            held.enter_context(lane._cond)
         request = Iallreduce(comm, MPI.IN_PLACE, buf)
         request.Cancel()          # every rank cancels it before it starts
     status = MPI.Status()
@@ -192,15 +194,18 @@ def test_free_of_requests_in_flight(comm):
     n = comm.Get_size()
     freed = np.ones(300)
     request = Iallreduce(comm, MPI.IN_PLACE, freed, algorithm="stragglar")
+    call = request._call
     request.Free()
     assert not request
     request.Wait()                                   # a null request: returns at once
     persistent = Allreduce_init(comm, MPI.IN_PLACE, np.ones(10))
     persistent.Start()
+    started = persistent._call
     persistent.Free()                                # active: MPI frees it once completed
-    later = np.ones(10)
-    Iallreduce(comm, MPI.IN_PLACE, later).Wait()     # queued behind both: they are done
-    assert np.all(freed == n) and np.all(later == n)
+    with pytest.raises(RuntimeError, match="freed"):
+        persistent.Start()
+    assert call.finished.wait(60) and started.finished.wait(60)   # they complete on their own
+    assert np.all(freed == n) and call.error is None and started.error is None
 
 
 def test_bad_arguments_raise_at_the_call_on_every_rank(comm):
