@@ -37,7 +37,7 @@ from mpi4py import MPI
 from . import _allreduce, _config, _cuda
 from ._args import check
 from ._device import is_device_call
-from ._errors import StragglerTimeout
+from ._errors import Mismatch, StragglerTimeout
 from ._transport import cancel as _keep_pending, unanswered, wait as _wait_for
 
 try:
@@ -134,6 +134,7 @@ class _Call:
     def run(self):
         sendbuf, recvbuf, op, straggler, algorithm = self.args
         try:
+            self.progress.owner.usable()
             self.progress.join()
             if self.device is not None:    # kernels and copies on the caller's GPU
                 _cuda.numba_cuda().select_device(self.device)
@@ -141,6 +142,8 @@ class _Call:
                                  straggler=straggler, algorithm=algorithm)
         except BaseException as exc:     # handed to Wait / Test on this rank
             self.error = exc
+            if isinstance(exc, (StragglerTimeout, Mismatch)):   # messages were abandoned
+                self.progress.owner.broken = self.progress.owner.broken or str(exc)
         self.finish(DONE)
 
     def finish(self, state):
@@ -246,11 +249,11 @@ class Prequest(_Ops, MPI.Prequest):
 
 
 class _Progress:
-    """A communicator's shadow and the thread that runs its nonblocking operations."""
+    """A lane: a shadow of the communicator and the thread that runs the lane's operations."""
 
-    def __init__(self, comm):
+    def __init__(self, comm, owner):
         shadow, self._joining = MPI.Intracomm.Idup(comm)    # completed by the thread
-        self.shadow, self._comm = MPI.Intracomm(shadow), comm
+        self.shadow, self._comm, self.owner = MPI.Intracomm(shadow), comm, owner
         self.joined, self.broken, self.last_end = False, None, 0.0
         self._cond = threading.Condition()
         self._queue = deque()
@@ -342,15 +345,22 @@ class _Lanes:
     """A communicator's lanes, made one by one as the operations reach them."""
 
     def __init__(self, comm):
-        self.comm, self.lanes, self.started = comm, [], 0
+        self.comm, self.lanes, self.started, self.broken = comm, [], 0, None
 
     def next(self):
-        """The lane of the next operation (the same on every rank: the same count)."""
+        """The lane of the next operation (the same on every rank: the same count).  After
+        a timeout no lane is made (its Idup would wait): the operation fails in lane 0."""
         k = self.started % LANES
         self.started += 1
-        if k == len(self.lanes):
-            self.lanes.append(_Progress(self.comm))
-        return self.lanes[k]
+        if k == len(self.lanes) and not (self.broken and self.lanes):
+            self.lanes.append(_Progress(self.comm, self))
+        return self.lanes[min(k, len(self.lanes) - 1)]
+
+    def usable(self):
+        """Raise, as the blocking call does, once an operation of these lanes timed out."""
+        if self.broken:
+            raise RuntimeError(f"stragglar_mpi: nonblocking calls on this communicator are "
+                               f"unusable after: {self.broken}")
 
     def close(self):
         for lane in self.lanes:
