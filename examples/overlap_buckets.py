@@ -8,7 +8,8 @@ backward pass runs from the last layer to the first; as soon as a layer's gradie
 is written into its bucket (a slice of one flat float32 buffer), that bucket's
 AllReduce starts, and the backward pass goes on with the layers below.  After the
 first layer, the step waits for every bucket and takes an SGD step.  One rank is slow
-every step (it runs its forward pass ``--slow-factor`` more times).
+every step (it runs its forward pass ``--slow-factor`` more times, and sleeps
+``--slow-ms``, a delay that leaves the CPU to the others, as a slow GPU would).
 
 The same training runs three times from the same seed, a step of each in turn after a
 Barrier (the same machine load for all):
@@ -49,10 +50,14 @@ def parse_args(size):
     p.add_argument("--batch", type=int, default=128, help="minibatch size per rank")
     p.add_argument("--slow-rank", type=int, default=-1, help="the slow rank (-1: the last)")
     p.add_argument("--slow-factor", type=int, default=6, help="extra forward passes of the slow rank")
+    p.add_argument("--slow-ms", type=float, default=0.0,
+                   help="the slow rank also sleeps this long each step (a delay that leaves the "
+                        "CPU free, as a slow GPU would)")
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args()
-    if args.steps < 1 or args.hidden < 1 or args.layers < 1 or args.batch < 1 or args.slow_factor < 0:
-        p.error("--steps, --hidden, --layers, --batch must be positive, --slow-factor >= 0")
+    if args.steps < 1 or args.hidden < 1 or args.layers < 1 or args.batch < 1 or args.slow_factor < 0 \
+            or not args.slow_ms >= 0:
+        p.error("--steps, --hidden, --layers, --batch must be positive, --slow-factor and --slow-ms >= 0")
     if not -1 <= args.slow_rank < size:
         p.error(f"--slow-rank {args.slow_rank} is not a rank of {size}")
     args.slow_rank %= size
@@ -142,6 +147,8 @@ class Run:
         acts = self.model.forward(x[batch])
         for _ in range(self.args.slow_factor if slow else 0):
             self.model.forward(x[batch])          # the slow rank's extra, real work
+        if slow and self.args.slow_ms:
+            time.sleep(self.args.slow_ms / 1e3)
         loss = self.model.backward(acts, y[batch], self.start)
         t_wait = time.perf_counter()
         self.finish()
@@ -174,7 +181,8 @@ def report(comm, runs, args, nbytes):
     same = worst <= 1e-3 * float(np.max(np.abs(weights[0])))
     if rank == 0:
         print(f"{comm.Get_size()} ranks, {args.layers + 1} buckets, {nbytes / 2**20:.2f} MiB of float32 "
-              f"gradients, {args.steps} steps, slow rank {slow} (+{args.slow_factor} forward passes)")
+              f"gradients, {args.steps} steps, slow rank {slow} (+{args.slow_factor} forward passes, "
+              f"+{args.slow_ms:g} ms asleep)")
         print(f"{'method':32} {'median step ms':>15} {'final wait ms (early ranks)':>28}")
         for name, step, wait in rows:
             print(f"{name:32} {step:15.2f} {wait:28.2f}")
