@@ -111,13 +111,16 @@ def test_test_reports_completion_and_status(comm):
 
 
 def test_persistent_request_started_1000_times_with_a_random_late_rank(comm):
+    """1000 starts; 200 at 8 ranks with the pure-mpi4py transport (there 1000 take half a
+    minute on a 2-core machine, and the compiled transport's run has the 1000)."""
     n, rank = comm.Get_size(), comm.Get_rank()
+    starts = 200 if n > 5 and os.environ.get("STRAGGLAR_TRANSPORT") == "python" else 1000
     rng = random.Random(18)                            # the same draws on every rank
     send = np.zeros(257, np.float64)
     recv = np.zeros(257, np.float64)
     request = Allreduce_init(comm, send, recv, algorithm="stragglar" if n > 1 else "auto")
     before = nonblocking_calls(comm)
-    for step in range(1000):
+    for step in range(starts):
         late = rng.randrange(n)
         send[:] = step * (rank + 1)
         if rank == late and step % 10 == 0:
@@ -126,7 +129,7 @@ def test_persistent_request_started_1000_times_with_a_random_late_rank(comm):
         request.Wait()
         assert recv[0] == step * n * (n + 1) / 2 and np.all(recv == recv[0]), step
     request.Free()
-    assert nonblocking_calls(comm) == before + 1000
+    assert nonblocking_calls(comm) == before + starts
     if n > 1:
         assert stats(comm)["last"]["algorithm"] == "stragglar"
 
