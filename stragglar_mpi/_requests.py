@@ -254,7 +254,7 @@ class _Progress:
     def __init__(self, comm, owner):
         shadow, self._joining = MPI.Intracomm.Idup(comm)    # completed by the thread
         self.shadow, self._comm, self.owner = MPI.Intracomm(shadow), comm, owner
-        self.joined, self.broken, self.last_end = False, None, 0.0
+        self.joined, self.last_end = False, 0.0
         self._cond = threading.Condition()
         self._queue = deque()
         self._closed = False
@@ -302,9 +302,6 @@ class _Progress:
         """Complete the shadow's Idup (the first operation), under STRAGGLAR_TIMEOUT."""
         if self.joined:
             return
-        if self.broken:
-            raise RuntimeError(f"stragglar_mpi: nonblocking calls on this communicator are "
-                               f"unusable after: {self.broken}")
         timeout = _config.current().timeout
         deadline = MPI.Wtime() + timeout if timeout else 0.0
         missing = _presence(self._comm, deadline) if deadline else []
@@ -312,10 +309,11 @@ class _Progress:
             _keep_pending([], self.shadow, self._joining)    # MPI may complete the Idup later
             who = (f"rank(s) {', '.join(map(str, missing))} did not arrive" if missing else
                    "every rank arrived, so the others may have given up waiting for this one")
-            self.broken = (f"Iallreduce timed out after {timeout:g} s in the setup of its "
-                           f"duplicate (the first nonblocking call on this communicator): {who}")
-            raise StragglerTimeout(f"stragglar_mpi: {self.broken}. Abort the job (comm.Abort()).",
-                                   missing=missing, phase="the setup of the nonblocking calls' duplicate")
+            raise StragglerTimeout(
+                f"stragglar_mpi: Iallreduce timed out after {timeout:g} s in the setup of its "
+                f"duplicate (the first nonblocking call on this communicator): {who}. This "
+                "communicator's nonblocking calls are now unusable; abort the job (comm.Abort()).",
+                missing=missing, phase="the setup of the nonblocking calls' duplicate")
         self._comm = None
         self.joined = True
         self.shadow.Set_name(f"{self.shadow.Get_name()} (stragglar_mpi nonblocking)")
