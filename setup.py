@@ -51,7 +51,7 @@ def extensions(flags):
     flags["include_dirs"][:0] = [mpi4py.get_include(), "cython_src"]   # cython_src: mpi_compat.h
     exts = [Extension(f"stragglar_mpi.{name}", [f"cython_src/{name}.pyx"],
                       depends=["cython_src/mpi_compat.h"], **flags)
-            for name in ("_p2p", "_bind")]
+            for name in ("_p2p", "_bind", "_handle")]
     return cythonize(exts, compiler_directives={"language_level": 3}, quiet=True)
 
 

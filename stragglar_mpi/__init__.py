@@ -5,12 +5,16 @@
 
     from stragglar_mpi import Comm
     comm = Comm(MPI.COMM_WORLD)                         # comm.Allreduce is ours
+
+    req = Iallreduce(comm, sendbuf, recvbuf, MPI.SUM)   # ... compute ...; req.Wait()
+    req = Allreduce_init(comm, sendbuf, recvbuf)        # req.Start(); req.Wait() every step
 """
 # mpi4py first: importing mpi4py.MPI initialises MPI and loads the libmpi that
 # the compiled transport links against.
 from mpi4py import MPI  # noqa: F401
 
-from ._allreduce import Allreduce, stats
+from ._allreduce import Allreduce
+from ._requests import Allreduce_init, Iallreduce, stats
 from ._comm import Comm
 from ._config import configure
 from ._report import report
@@ -20,6 +24,8 @@ from .schedule import Schedule, ScheduleError, synthesize, verify
 
 __all__ = [
     "Allreduce",
+    "Iallreduce",
+    "Allreduce_init",
     "Comm",
     "stats",
     "configure",

@@ -497,6 +497,17 @@ def stats(comm) -> dict:
     return {"calls": dict(calls), "last": _last(*last) if last else {}}
 
 
+def last_end(comm) -> float:
+    """MPI_Wtime at which the last call recorded on ``comm`` returned (0.0: none yet);
+    ``_requests.stats`` compares it with the nonblocking calls' end."""
+    state = peek(comm)
+    if state is None:
+        return 0.0
+    if state.bindings is not None and state.bindings.last_was_hit:
+        return state.bindings.t_end
+    return state.last[6] if state.last else 0.0
+
+
 try:
     from . import _bind
 except ImportError:   # a source checkout without the build: every call is checked in full

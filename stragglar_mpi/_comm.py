@@ -1,4 +1,4 @@
-"""``Comm``: an ``MPI.Intracomm`` whose ``Allreduce`` is ours.
+"""``Comm``: an ``MPI.Intracomm`` whose ``Allreduce``, ``Iallreduce`` and ``Allreduce_init`` are ours.
 
 A program switches by wrapping its communicator once: ``comm = Comm(MPI.COMM_WORLD)``.
 Every communicator made from it is one of ours too: ``Dup``, ``Split``, ``Create``,
@@ -14,6 +14,8 @@ from mpi4py import MPI
 
 from ._allreduce import Allreduce as _allreduce
 from ._allreduce import _bind
+from ._requests import Allreduce_init as _allreduce_init
+from ._requests import Iallreduce as _iallreduce
 
 
 def _wrap(new):
@@ -36,6 +38,15 @@ class Comm(MPI.Intracomm):
     if _bind is not None:             # the compiled entry itself: no Python frame in between
         _bind.comm_allreduce.__doc__ = Allreduce.__doc__
         Allreduce = _bind.comm_allreduce
+
+    def Iallreduce(self, sendbuf, recvbuf, op=MPI.SUM):
+        """``Iallreduce`` as mpi4py's, run by ``stragglar_mpi.Iallreduce`` with its defaults."""
+        return _iallreduce(self, sendbuf, recvbuf, op)
+
+    def Allreduce_init(self, sendbuf, recvbuf, op=MPI.SUM, info=MPI.INFO_NULL):
+        """``Allreduce_init`` as mpi4py's (``info`` is accepted and unused), run by
+        ``stragglar_mpi.Allreduce_init`` with its defaults."""
+        return _allreduce_init(self, sendbuf, recvbuf, op)
 
     # mpi4py returns type(self) from Dup, Dup_with_info and Idup, but its own
     # classes from these:

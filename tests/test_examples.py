@@ -58,6 +58,12 @@ def test_train_mlp_help():
         assert flag in proc.stdout
 
 
+def test_overlap_buckets():
+    out = run_example(3, "overlap_buckets.py", "--steps", "3", "--hidden", "128", "--layers", "2")
+    assert "stragglar_mpi Allreduce_init" in out and "native Iallreduce" in out
+    assert "same weights" in out and "FAILED" not in out
+
+
 @pytest.mark.parametrize("n", [2, 3])
 def test_gpu_allreduce_under_simulator(n):
     pytest.importorskip("numba", reason="needs numba (pip install '.[cuda]'); no GPU needed")

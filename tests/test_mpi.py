@@ -44,7 +44,7 @@ def test_mpi_suite(n, transport):
 def test_mpi_timeouts(transport):
     """The tests that let a timeout expire, in their own processes at 4 ranks: after a
     timeout a job should abort, so they do not share a process with the rest."""
-    rc, out = run_mpi(4, ["-m", "timeouts", "mpi/test_reliability.py"], transport)
+    rc, out = run_mpi(4, ["-m", "timeouts", "mpi/test_reliability.py", "mpi/test_nonblocking.py"], transport)
     summary = [line for line in out.splitlines() if " passed" in line or " failed" in line]
     print(f"mpiexec -n 4 timeouts ({transport}):", summary[-1] if summary else "(no summary)")
     assert rc == 0, out[-20000:]

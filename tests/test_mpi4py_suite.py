@@ -1,5 +1,5 @@
-"""mpi4py's own Allreduce (test_cco_buf), Op (test_op) and zero-size message (test_msgzero)
-tests, run with ``stragglar_mpi.Comm`` in place of mpi4py's communicators.
+"""mpi4py's own Allreduce (test_cco_buf), Iallreduce (test_cco_nb_buf), Allreduce_init
+(test_cco_pr_buf), Op (test_op) and zero-size message (test_msgzero) tests, run with ``stragglar_mpi.Comm`` in place of mpi4py's communicators.
 
 The tests are those of the installed mpi4py's source distribution, downloaded once
 from PyPI into a cache next to the environment (``<sys.prefix>/smpi-cache``) and
@@ -52,3 +52,5 @@ def test_mpi4py_suite_with_comm(mpi4py_tests, n):
     summary = re.search(rf"with stragglar_mpi.Comm on {n} ranks: (\d+) tests, (\d+) failed", out)
     assert summary, out[-4000:]
     assert int(summary[1]) >= 20 and summary[2] == "0", out[-4000:]
+    nonblocking = re.search(r"nonblocking: (\d+) tests, (\d+) Iallreduce", out)
+    assert nonblocking and int(nonblocking[1]) >= 8 and int(nonblocking[2]) > 0, out[-4000:]

@@ -1,4 +1,5 @@
-"""Run mpi4py's own Allreduce, Op and zero-size message tests with ``stragglar_mpi.Comm``.
+"""Run mpi4py's own Allreduce, Iallreduce, Allreduce_init, Op and zero-size message tests
+with ``stragglar_mpi.Comm``.
 
     mpiexec -n 4 python tests/mpi4py_suite/run.py PATH/TO/mpi4py-X.Y.Z/test
 
@@ -23,6 +24,7 @@ from mpi4py import MPI
 from stragglar_mpi import Comm, stats
 
 MODULES = {"test_cco_buf": "Allreduce", "test_op": None, "test_msgzero": None}
+NONBLOCKING = {"test_cco_nb_buf": "Allreduce", "test_cco_pr_buf": "Allreduce"}
 WORLD, SELF = Comm(MPI.COMM_WORLD), Comm(MPI.COMM_SELF)
 
 
@@ -68,18 +70,26 @@ def main(test_dir):
         # mpi4py's arrayimpl loops over every array backend it can import; without a GPU
         # its numba/cupy device arrays fail natively too.  SMPI_MPI4PY_GPU=1 keeps them.
         sys.modules["numba"] = sys.modules["cupy"] = None
-    tests = suite(MODULES)
-    quiet = MPI.COMM_WORLD.Get_rank() != 0
-    result = unittest.TextTestRunner(verbosity=0 if quiet else 1, stream=sys.stderr).run(tests)
-    bad = len(result.failures) + len(result.errors)
-    ours = sum(stats(WORLD)["calls"].values())
+    runner = unittest.TextTestRunner(verbosity=0 if MPI.COMM_WORLD.Get_rank() else 1,
+                                     stream=sys.stderr)
+    blocking = runner.run(suite(MODULES))
+    before = _our_calls()
+    nonblocking = runner.run(suite(NONBLOCKING))
+    ours, ours_nb = before, _our_calls() - before
+    bad = sum(len(r.failures) + len(r.errors) for r in (blocking, nonblocking))
     bad_anywhere = MPI.COMM_WORLD.allreduce(bad)
-    ran = MPI.COMM_WORLD.allreduce(result.testsRun, op=MPI.MIN)
+    ran = MPI.COMM_WORLD.allreduce(blocking.testsRun + nonblocking.testsRun, op=MPI.MIN)
+    ran_nb = MPI.COMM_WORLD.allreduce(nonblocking.testsRun, op=MPI.MIN)
     if MPI.COMM_WORLD.Get_rank() == 0:
         print(f"mpi4py suite with stragglar_mpi.Comm on {MPI.COMM_WORLD.Get_size()} ranks: "
               f"{ran} tests, {bad_anywhere} failed or errored; {ours} Allreduce calls on COMM_WORLD "
-              f"went through stragglar_mpi")
-    return 1 if bad_anywhere or not ours else 0
+              f"went through stragglar_mpi; nonblocking: {ran_nb} tests, {ours_nb} Iallreduce and "
+              "Allreduce_init calls on COMM_WORLD went through stragglar_mpi")
+    return 1 if bad_anywhere or not ours or not ours_nb else 0
+
+
+def _our_calls():
+    return sum(stats(WORLD)["calls"].values())
 
 
 if __name__ == "__main__":
