@@ -16,7 +16,7 @@ for call in (Iallreduce, Allreduce_init, Comm.Iallreduce):
     except RuntimeError as exc:
         assert "MPI_THREAD_MULTIPLE" in str(exc) and "MPI_THREAD_SERIALIZED" in str(exc), exc
         raised += 1
-print(f"rank {comm.Get_rank()} raised {raised}\n", end="", flush=True)   # one write per rank
+print(f"rank {comm.Get_rank()} raised {raised}\\n", end="", flush=True)   # one write per rank
 '''
 
 
