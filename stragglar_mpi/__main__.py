@@ -12,7 +12,7 @@ def info() -> dict:
 
     from . import _allreduce, _features, _transport, __version__
 
-    lib = MPI.Get_library_version().strip().splitlines()
+    lib = MPI.Get_library_version().replace("\0", "").strip().splitlines()
     return {
         "stragglar_mpi": __version__,
         "mpi4py": mpi4py.__version__,

@@ -376,7 +376,7 @@ def _config(args, comm, link, ctx, argv) -> dict:
         "args": {k: (v if not isinstance(v, Delay) else vars(v)) for k, v in vars(args).items()},
         "ranks": comm.Get_size(),
         "host": platform.node(), "cpus": os.cpu_count(), "cpu": _cpu_model(),
-        "mpi": " ".join(MPI.Get_library_version().split("\n")[0].split()),
+        "mpi": " ".join(MPI.Get_library_version().replace("\0", " ").split("\n")[0].split()),   # Open MPI's ends in NUL
         "stragglar_mpi": __version__, "transport": transport_name(),
         "alpha_us": link[0] * 1e6, "bandwidth_GBps": link[1] / 1e9,
         "clock_offsets_us": None if offsets is None else [o * 1e6 for o in offsets],
