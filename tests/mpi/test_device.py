@@ -6,6 +6,7 @@ simulator's "device" memory is host memory, so any MPI can carry it).  Every
 result must equal, byte for byte, what the host path gives for the same input.
 """
 import re
+import threading
 
 import numpy as np
 import pytest
@@ -185,3 +186,63 @@ def test_cuda_array_interface_over_host_memory_takes_host_path(comm):
         assert _buffers.resolve(HostCAI(send), readonly=True).memory == "host"
     Allreduce(comm, HostCAI(send), HostCAI(out), MPI.SUM)
     np.testing.assert_array_equal(out, expected(n, 7, "d", "SUM"))
+
+
+# --- threads: scratch per communicator, never one buffer for the process -------------------
+@pytest.mark.parametrize("memories", [("device", "device"), ("host", "device")])
+def test_threads_on_two_communicators(comm, path, setenv, memories):
+    """Two threads call at once on two communicators (MPI_THREAD_MULTIPLE), with buffers
+    of different sizes: every result is exact (one process-wide scratch mixed them up)."""
+    if MPI.Query_thread() != MPI.THREAD_MULTIPLE:
+        pytest.skip("needs MPI_THREAD_MULTIPLE")
+    setenv(STRAGGLAR_CUDA_PIECE_BYTES="2048")
+    n = comm.Get_size()
+    comms = [comm.Dup() for _ in memories]
+    for c in comms:      # the first call on a communicator is collective set-up: not in threads
+        Allreduce(c, np.ones(4), np.ones(4))
+    errors = []
+
+    def worker(k, c, memory):
+        try:
+            for it in range(6):
+                count = 900 + 131 * k + 17 * it
+                send = np.full(count, float(c.Get_rank() + 10 * it + k))
+                want = sum(r + 10 * it + k for r in range(n))
+                if memory == "host":
+                    out = np.zeros_like(send)
+                    Allreduce(c, send, out, algorithm="stragglar", straggler=n - 1)
+                else:
+                    dout = cuda.device_array_like(send)
+                    Allreduce(c, cuda.to_device(send), dout, algorithm="stragglar", straggler=n - 1)
+                    out = dout.copy_to_host()
+                wrong = int(np.count_nonzero(out != want))
+                if wrong:
+                    errors.append(f"thread {k} call {it}: {wrong} of {count} wrong")
+        except Exception as exc:   # surfaced below on the main thread
+            errors.append(repr(exc))
+
+    threads = [threading.Thread(target=worker, args=(k, c, m)) for k, (c, m) in enumerate(zip(comms, memories))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for c in comms:
+        c.Free()
+    assert not errors
+
+
+def test_scratch_is_per_communicator(comm, path):
+    """Two communicators never share device or pinned scratch."""
+    from stragglar_mpi._state import state_of
+    n = comm.Get_size()
+    comms = [comm.Dup(), comm.Dup()]
+    for c in comms:
+        d = cuda.to_device(np.ones(64))
+        Allreduce(c, MPI.IN_PLACE, d, algorithm="stragglar", straggler=n - 1)
+        np.testing.assert_array_equal(d.copy_to_host(), np.full(64, float(n)))
+    pools = [state_of(c).pools for c in comms]
+    assert pools[0] is not pools[1]
+    for kind in set(pools[0]) & set(pools[1]):
+        assert pools[0][kind] is not pools[1][kind]
+    for c in comms:
+        c.Free()
