@@ -182,13 +182,16 @@ cdef int _check_sizes(Posted *p, MPI_Datatype dtype) noexcept nogil:
 cdef int _local(PyObject *local, int64_t kind, char *a, char *b, int64_t count,
                 MPI_Aint extent) noexcept with gil:
     """A local operation of a memory backend other than the host (see _memory): REDUCE,
-    COPY, or with kind -1 the synchronisation of what it queued."""
+    COPY, with kind -1 the synchronisation of what it queued, with kind -2 the start
+    of round ``count`` (``rounds.begin``: staged copies, _staged)."""
     backend = <object>local
     try:
         if kind == REDUCE:
             backend.reduce(<uintptr_t>a, <uintptr_t>b, count)
         elif kind == COPY:
             backend.copy(<uintptr_t>a, <uintptr_t>b, count * extent)
+        elif kind == -2:
+            backend.begin(count)
         else:
             backend.sync()
     except BaseException as exc:
@@ -199,8 +202,9 @@ cdef int _local(PyObject *local, int64_t kind, char *a, char *b, int64_t count,
 
 cdef int _run(const int64_t[:, ::1] plan, char **bufs, MPI_Comm comm,
               MPI_Datatype dtype, MPI_Op op, MPI_Aint extent, Posted *p, int kernel,
-              PyObject *local) noexcept nogil:
-    # ``local``: NULL for host memory (the loops below), else the backend's table.
+              PyObject *local, PyObject *rounds) noexcept nogil:
+    # ``local``: NULL for host memory (the loops below), else the backend's table;
+    # ``rounds``: NULL, or told when each round starts (after the previous one is complete).
     cdef Py_ssize_t i
     cdef int ierr = MPI_SUCCESS
     cdef int64_t kind, rnd = -1
@@ -216,6 +220,8 @@ cdef int _run(const int64_t[:, ::1] plan, char **bufs, MPI_Comm comm,
                 # The round's sends may read, and its receives overwrite, what the queue touches.
                 ierr = _local(local, -1, NULL, NULL, 0, extent)
                 queued = False
+            if ierr == MPI_SUCCESS and rounds != NULL and plan[i, 1] != rnd:
+                ierr = _local(rounds, -2, NULL, NULL, plan[i, 1], extent)
             rnd = plan[i, 1]
             if ierr == MPI_SUCCESS:
                 p.round = rnd
@@ -248,12 +254,14 @@ cdef int _run(const int64_t[:, ::1] plan, char **bufs, MPI_Comm comm,
 
 def execute(const int64_t[:, ::1] plan, tuple addresses, MPI.Comm comm,
             MPI.Datatype dtype, MPI.Op op, int maxreq, int kernel=0, double deadline=0.0,
-            object local=None):
+            object local=None, object rounds=None):
     """Run ``plan`` on the buffers at ``addresses`` (input, output, scratch).
 
     ``kernel`` selects a typed reduction loop (see ``kernel_id``); 0 uses MPI_Reduce_local.
     ``local``: None for host memory, else the memory backend's local operations
     (``reduce(a, b, count)``, ``copy(a, b, nbytes)``, ``sync()``, ``error``; _device.Local).
+    ``rounds``: None, or an object whose ``begin(round)`` runs before each round's
+    messages are posted (``error`` as for ``local``; _staged.Staging).
     ``deadline``: an MPI_Wtime after which waiting stops; the outstanding
     requests are cancelled and ``Pending(round, peers)`` is raised.
     Returns the MPI_Wtime at which the first receives completed, or None.
@@ -269,6 +277,7 @@ def execute(const int64_t[:, ::1] plan, tuple addresses, MPI.Comm comm,
         raise ValueError("maxreq must be positive")
     cdef int cap = max(maxreq, 1)
     cdef PyObject *table = NULL if local is None else <PyObject *>local
+    cdef PyObject *hook = NULL if rounds is None else <PyObject *>rounds
     p.reqs = <MPI_Request *>malloc(cap * sizeof(MPI_Request))
     p.statuses = <MPI_Status *>malloc(cap * sizeof(MPI_Status))
     p.peers = <int *>malloc(cap * sizeof(int))
@@ -279,12 +288,13 @@ def execute(const int64_t[:, ::1] plan, tuple addresses, MPI.Comm comm,
         if p.reqs == NULL or p.statuses == NULL or p.peers == NULL or p.counts == NULL:
             raise MemoryError()
         with nogil:
-            ierr = _run(plan, bufs, comm.ob_mpi, dtype.ob_mpi, op.ob_mpi, extent, &p, kernel, table)
+            ierr = _run(plan, bufs, comm.ob_mpi, dtype.ob_mpi, op.ob_mpi, extent, &p, kernel, table, hook)
             if ierr != MPI_SUCCESS:
                 _abandon(p.reqs, p.n)
         if ierr == LOCAL_FAILED:
             _drain(local)
-            raise local.error
+            failed = getattr(rounds, "error", None)
+            raise failed if failed is not None else local.error
         if ierr != MPI_SUCCESS:
             _drain(local)
             _raise(&p, ierr, dtype)

@@ -107,21 +107,19 @@ def _run(comm, state, args, settings, t_call, deadline):
                                                    args.out.count * args.out.extent, post)
 
 
-def _execute(comm, state, name, straggler, args, transport, deadline):
+def _execute(comm, state, name, straggler, args, transport, deadline, staging=None):
     """Phase 1 and the plan (or the native call) in the call's memory; returns (end of
-    phase 1 or None, first receive or None)."""
+    phase 1 or None, first receive or None).  Staged, they run in host memory."""
     if args.route == "staged":
-        if name in _staged.PIPELINED:
-            return _staged.run(state, name, straggler, args, transport, deadline)
-        with _staged.whole(state, args) as host:
-            return _execute(comm, state, name, straggler, host, transport, deadline)
+        with _staged.Staging(state, args, whole=name not in _staged.PIPELINED) as staged:
+            return _execute(comm, state, name, straggler, staged.args, transport, deadline, staged)
     if name == "native":
         _native(comm, state, args, deadline)
         return None, None
     if name == "hierarchical":
         commutative = _exactly_commutative(args.op, args.out.datatype)
         return _hierarchical.run(state, straggler, args, transport, deadline, _wait_all, commutative)
-    return _run_schedule(state, name, straggler, args, transport, deadline, _MEMORY[args.route])
+    return _run_schedule(state, name, straggler, args, transport, deadline, _MEMORY[args.route], staging)
 
 
 def _native(comm, state, args, deadline):
@@ -355,8 +353,9 @@ def _sampled(state, n, nbytes):
     return calls == state.next_pair
 
 
-def _run_schedule(state, name, straggler, args, transport, deadline, memory):
-    """Phase 1 on the early ranks, then this rank's plan, in ``memory`` (a backend)."""
+def _run_schedule(state, name, straggler, args, transport, deadline, memory, staging=None):
+    """Phase 1 on the early ranks, then this rank's plan, in ``memory`` (a backend);
+    ``staging`` (_staged): told the plan, and when each of its rounds starts."""
     comm, out, src = state.private, args.out, args.src
     dt, extent = out.datatype, out.extent
     rank, n = comm.Get_rank(), comm.Get_size()
@@ -370,6 +369,8 @@ def _run_schedule(state, name, straggler, args, transport, deadline, memory):
     if sub is not None and (staged or args.in_place):
         phase1_count = out.count if kind == "allreduce" else max(b[1] for b in bounds)
         scratch_bytes = max(scratch_bytes, phase1_count * extent)
+    if staging is not None:
+        staging.start(plan, chunks, early=sub is not None)
     with memory.lease(state) as lease:
         scratch = memory.scratch(lease, scratch_bytes)
         if sub is not None:
@@ -380,7 +381,7 @@ def _run_schedule(state, name, straggler, args, transport, deadline, memory):
         t_p1 = MPI.Wtime()
         addresses = (src.address, out.address, scratch)
         first = _transport.execute(plan, addresses, comm, dt, args.op, transport, deadline,
-                                   memory.local(dt, args.op))
+                                   memory.local(dt, args.op), staging)
     return t_p1, first
 
 

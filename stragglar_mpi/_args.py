@@ -57,9 +57,9 @@ def check(comm, sendbuf, recvbuf, op, straggler, algorithm, settings) -> Args:
     reducible = bytes_as_unsigned_char(src, out, op, in_place)
     if out.datatype.is_predefined:     # the same error, whichever path runs (host or device)
         check_op(op, reducible[1].datatype)
-    if name != "native":
-        src, out = reducible
     route = _device.route(src, out, op, needs_kernel=name != "native")
+    if name != "native" or route != "host":     # MPI gets our Messages, not the caller's specs
+        src, out = reducible
     signature = (requested, str(policy), in_place, out.count, out.datatype.Get_size(),
                  _type_name(out.datatype), _op_name(op))
     return Args(n, policy, sendbuf, recvbuf, op, in_place, out, src, name, signature,

@@ -135,8 +135,13 @@ def from_host(host_address, msg, offset, nbytes, stream):
 
 
 def _between(host_address, msg, offset, nbytes, stream, to_host_side):
-    if not nbytes:
-        return
+    """One copy, in pieces of at most STRAGGLAR_CUDA_PIECE_BYTES."""
+    step = _cuda.piece_bytes()
+    for at in range(0, nbytes, step):
+        _piece(host_address + at, msg, offset + at, min(step, nbytes - at), stream, to_host_side)
+
+
+def _piece(host_address, msg, offset, nbytes, stream, to_host_side):
     host = np.frombuffer(MPI.buffer.fromaddress(host_address, nbytes), np.uint8)
     if msg.memory == "host":    # the host side of a mixed call
         other = np.frombuffer(MPI.buffer.fromaddress(msg.address + offset, nbytes), np.uint8)

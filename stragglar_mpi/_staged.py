@@ -1,155 +1,136 @@
-"""Device buffers without a CUDA-aware MPI: the call runs in pinned host memory.
+"""Device buffers without a CUDA-aware MPI: the call's plan runs in pinned host memory.
 
-A transform of the call's plan, not a second call of the host path: the roles are
-decided once, the arrival round happens once and ``stats`` counts one call.
+A transform of the call, not a second call of the host path: the roles are decided
+once, the arrival round happens once, ``stats`` counts one call, and the messages
+are those of the same plan on host buffers (so ranks may differ in where their
+buffers live).  ``Staging`` wraps the call:
 
-- The early ranks stage their whole buffer to host memory at once and run phase 1
-  there, during the straggler's delay (one nonblocking phase 1 per piece, all
-  started together: each piece is an AllReduce of its own, with its own chunks).
-- Then, piece by piece, three stages overlap: the device-to-host copy of the next
-  piece (on the straggler, and on every rank of an algorithm without phase 1), the
-  plan of this piece in host memory, and the host-to-device copy of the result of
-  the previous piece.
-- Algorithms whose plan is not cut in pieces (native, hierarchical) copy the whole
-  buffer in, run in host memory, and copy the result out (``whole``).
+- the send buffer is copied into a pinned host buffer (``IN``) and the plan writes
+  another (``OUT``);
+- the early ranks (and algorithms without a plan of rounds: native, hierarchical)
+  copy in the whole buffer at once, so phase 1 runs in host memory during the
+  straggler's delay;
+- the straggler, and every rank of an algorithm without phase 1, copies in chunk by
+  chunk: before each round starts (``begin``), the chunks it reads must be in and the
+  next round's are queued, so the copy of round r+1's data overlaps round r;
+- every chunk of the result is copied back as soon as the plan no longer writes it,
+  while the later rounds run; the rest when the call ends.
 
-After a failure the host buffers are never reused (MPI may still write them), and
-no copy into the caller's buffer is left queued.
+Copies run on two streams (in and out) and are complete when the call returns.
+After a failure no copy into the caller's buffer is left queued, none is started,
+and the host buffers are never reused (MPI may still write them).
 """
 from __future__ import annotations
 
-from contextlib import contextmanager
-
 from mpi4py import MPI
 
-from . import _cuda, _device, _transport
+from . import _device
 from ._args import Args
 from ._buffers import Message
-from ._memory import HOST, address
-from ._phases import exactly_commutative, plan_of, region, wait_all
-from .schedule import PHASE1, chunk_bounds
+from ._memory import address
+from ._plan import IN, OUT, RECV, REDUCE, COPY
+from .schedule import chunk_bounds
 
 PIPELINED = ("stragglar", "direct", "ring", "rhd")
 
 
-def pieces(count, extent):
-    """(first element, count) of each piece; one empty piece for an empty buffer."""
-    per = max(1, _cuda.piece_bytes() // max(extent, 1))
-    return [(lo, min(per, count - lo)) for lo in range(0, count, per)] or [(0, 0)]
+class Staging:
+    """The host side of one staged call: ``args`` (host Messages) and the copies."""
 
-
-def run(state, name, straggler, args, transport, deadline):
-    """Phase 1 and the plan of ``name`` on staged pieces; (end of phase 1, first receive)."""
-    comm, out = state.private, args.out
-    rank, n, extent = comm.Get_rank(), comm.Get_size(), out.extent
-    kind = PHASE1.get(name)
-    early = kind is not None and rank != straggler
-    cuts = pieces(out.count, extent)
-    with _device.DEVICE.lease(state) as lease, _Copies(args) as copies:
-        host = address(lease.take("pinned", out.count * extent))
-        sub = state.early_comm(straggler, deadline) if kind else None  # every rank: same LRU order
-        if early:
-            copies.fetch(host, 0, out.count)
-            copies.fetched()
-            _phase1(sub, kind, cuts, args, host, lease, deadline,
-                    [r for r in range(n) if r not in (rank, straggler)])
-        t_p1 = MPI.Wtime()
-        first = _pipeline(state, name, straggler, args, transport, deadline, cuts, host, early, copies,
-                          lease)
-    return t_p1, first
-
-
-def _pipeline(state, name, straggler, args, transport, deadline, cuts, host, early, copies, lease):
-    """The plan of each piece: fetch the next piece, run this one, deliver it."""
-    comm, out = state.private, args.out
-    rank, n, extent, dt = comm.Get_rank(), comm.Get_size(), out.extent, out.datatype
-    commutative = exactly_commutative(args.op, dt)
-    plans = [plan_of(name, n, straggler, rank, count, extent, True, commutative, dt.handle)[1]
-             for _, count in cuts]
-    scratch = HOST.scratch(lease, max(p.scratch_bytes for p in plans))
-    first = None
-    if not early:
-        copies.fetch(host, *cuts[0])
-    for i, ((lo, count), plan) in enumerate(zip(cuts, plans)):
-        if not early:
-            copies.fetched()
-            if i + 1 < len(cuts):
-                copies.fetch(host, *cuts[i + 1])
-        at = host + lo * extent
-        got = _transport.execute(plan, (at, at, scratch), comm, dt, args.op, transport, deadline)
-        first = got if first is None else first
-        copies.deliver(host, lo, count)
-    return first
-
-
-def _phase1(sub, kind, cuts, args, host, lease, deadline, peers):
-    """Phase 1 of every piece among the early ranks, started at once, in host memory."""
-    if sub.Get_size() == 1:     # one early rank: its own data is phase 1's result
-        return
-    out, op = args.out, args.op
-    dt, extent, me = out.datatype, out.extent, sub.Get_rank()
-    shares = [chunk_bounds(count, sub.Get_size()) for _, count in cuts]
-    landing = address(lease.take("pinned", sum(b[me][1] for b in shares) * extent)) if kind != "allreduce" else 0
-    requests, moves, at = [], [], landing
-    for (lo, count), bounds in zip(cuts, shares):
-        piece = host + lo * extent
-        if kind == "allreduce":
-            requests.append(sub.Iallreduce(MPI.IN_PLACE, region(piece, count, dt, extent), op))
-            continue
-        offset, length = bounds[me]
-        requests.append(sub.Ireduce_scatter(region(piece, count, dt, extent), region(at, length, dt, extent),
-                                            [b[1] for b in bounds], op))
-        moves.append((piece + offset * extent, at, length * extent))
-        at += length * extent
-    wait_all(requests, deadline, f"phase 1 ({kind} among the early ranks, {len(cuts)} pieces)", peers)
-    for dst, src, nbytes in moves:
-        HOST.copy(dst, src, nbytes)
-
-
-class _Copies:
-    """The copies of one staged call: in on one stream, out on another."""
-
-    def __init__(self, args):
-        self.src, self.out = args.src, args.out
-        self.ins, self.outs, self._pending = _device.stream(), _device.stream(), None
-
-    def fetch(self, host, lo, count):
-        """Queue the copy of elements [lo, lo + count) of the send buffer to ``host``."""
-        extent = self.src.extent
-        _device.to_host(host + lo * extent, self.src, lo * extent, count * extent, self.ins)
-        self._pending = _device.event(self.ins)
-
-    def fetched(self):
-        """Wait for the last queued fetch."""
-        if self._pending is not None:
-            self._pending.synchronize()
-            self._pending = None
-
-    def deliver(self, host, lo, count):
-        """Queue the copy of elements [lo, lo + count) of the result into the receive buffer."""
-        extent = self.out.extent
-        _device.from_host(host + lo * extent, self.out, lo * extent, count * extent, self.outs)
+    def __init__(self, state, args, whole):
+        self.src, self.out, self.whole = args.src, args.out, whole
+        self.lease = _device.DEVICE.lease(state)
+        self.ins, self.outs = _device.stream(), _device.stream()
+        self.error, self.caller = None, args
+        nbytes = args.out.count * args.out.extent
+        self.spans = [(0, nbytes)]        # byte ranges copied as units (the plan's chunks)
+        self.needs, self.final, self.rounds = {}, [-1], []
+        self.fetched, self.delivered = {}, set()
 
     def __enter__(self):
+        self.lease.__enter__()
+        a, out = self.caller, self.out
+        nbytes = out.count * out.extent
+        self.h_in = address(self.lease.take("pinned", nbytes))
+        self.h_out = address(self.lease.take("pinned", nbytes))
+        src_m, out_m = (Message(MPI.buffer.fromaddress(h, nbytes), None, h, out.count, out.datatype, out.extent)
+                        for h in (self.h_in, self.h_out))
+        self.args = Args(a.n, a.policy, [src_m.buf, out.count, out.datatype],
+                         [out_m.buf, out.count, out.datatype], a.op, False, out_m, src_m, a.name,
+                         a.signature, route="host")
+        if self.whole:
+            self._fetch_all()
         return self
 
-    def __exit__(self, *exc):
-        self.ins.synchronize()      # no copy into the caller's buffer is left queued
-        self.outs.synchronize()
+    def start(self, plan, chunks, early):
+        """Before phase 1: which chunks each round reads and when each is final."""
+        extent = self.out.extent
+        self.spans = [(off * extent, n * extent) for off, n in chunk_bounds(self.out.count, chunks)]
+        self.needs, self.final = _reads_and_last_writes(plan.rows, self.spans, extent)
+        self.rounds = sorted(self.needs)
+        if early:
+            self._fetch_all()
+        elif self.rounds:
+            self._fetch(self.needs[self.rounds[0]])
+
+    def begin(self, rnd):
+        """Round ``rnd`` starts: deliver what is final, wait for its data, queue the next's."""
+        self._deliver(c for c, last in enumerate(self.final) if last < rnd)
+        if self.whole:
+            return
+        self._fetch(self.needs.get(rnd, ()))
+        for c in self.needs.get(rnd, ()):
+            self.fetched[c].synchronize()
+        later = [r for r in self.rounds if r > rnd]
+        if later:
+            self._fetch(self.needs[later[0]])
+
+    def _fetch_all(self):
+        self.whole = True
+        self._fetch(range(len(self.spans)))
+        self.ins.synchronize()
+
+    def _fetch(self, chunks):
+        for c in chunks:
+            if c not in self.fetched:
+                off, nbytes = self.spans[c]
+                _device.to_host(self.h_in + off, self.src, off, nbytes, self.ins)
+                self.fetched[c] = _device.event(self.ins)
+
+    def _deliver(self, chunks):
+        for c in chunks:
+            if c not in self.delivered:
+                off, nbytes = self.spans[c]
+                _device.from_host(self.h_out + off, self.out, off, nbytes, self.outs)
+                self.delivered.add(c)
+
+    def __exit__(self, kind, exc, tb):
+        try:
+            if exc is None:
+                self._deliver(range(len(self.spans)))
+        finally:
+            self.ins.synchronize()      # no copy into the caller's buffer is left queued
+            self.outs.synchronize()
+            self.lease.__exit__(kind, exc, tb)
         return False
 
 
-@contextmanager
-def whole(state, args):
-    """Host Args over a pinned copy of the whole send buffer (in place); the result is
-    copied into the receive buffer when the body completes."""
-    out, nbytes = args.out, args.out.count * args.out.extent
-    with _device.DEVICE.lease(state) as lease, _Copies(args) as copies:
-        host = address(lease.take("pinned", nbytes))
-        copies.fetch(host, 0, out.count)
-        copies.fetched()
-        msg = Message(MPI.buffer.fromaddress(host, nbytes), None, host, out.count, out.datatype, out.extent)
-        spec = [msg.buf, out.count, out.datatype]
-        yield Args(args.n, args.policy, None, spec, args.op, True, msg, msg, args.name, args.signature,
-                   route="host")
-        copies.deliver(host, 0, out.count)
+def _reads_and_last_writes(rows, spans, extent):
+    """({round: chunks read from IN}, [last round that writes chunk c of OUT, or -1])."""
+    needs, final = {}, [-1] * len(spans)
+    for kind, rnd, _, buf, off, count, buf2, off2 in rows.tolist():
+        read = needs.setdefault(rnd, set())
+        if kind != RECV and buf == IN:
+            read.update(_overlapping(spans, off, count * extent))
+        if kind == RECV:
+            buf2, off2 = buf, off
+        if kind in (RECV, REDUCE, COPY) and buf2 == OUT:
+            for c in _overlapping(spans, off2, count * extent):
+                final[c] = max(final[c], rnd)
+    return {r: sorted(cs) for r, cs in needs.items()}, final
+
+
+def _overlapping(spans, off, nbytes):
+    """Chunks whose byte span meets [off, off + nbytes)."""
+    return [c for c, (start, length) in enumerate(spans)
+            if length and nbytes and start < off + nbytes and off < start + length]

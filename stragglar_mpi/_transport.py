@@ -43,28 +43,30 @@ def name(settings=None) -> str:
     return choice
 
 
-def execute(plan, addresses, comm, datatype, op, transport, deadline=0.0, local=None):
+def execute(plan, addresses, comm, datatype, op, transport, deadline=0.0, local=None, rounds=None):
     """Run ``plan``; return the MPI_Wtime at which its first receive completed (or None).
 
     Past ``deadline`` (an MPI_Wtime; 0 = never) the outstanding requests are
     cancelled and ``Pending(peers)`` is raised.  ``local``: the memory backend's
-    local operations (None: host memory; see _memory).
+    local operations (None: host memory; see _memory).  ``rounds``: None, or told
+    ``begin(round)`` before each round's messages are posted (_staged).
     """
     if plan.rows.shape[0] == 0:
         return None
     if transport == "cython":
         kernel = _p2p.kernel_id(datatype, op)
         return _p2p.execute(plan.rows, tuple(addresses), comm, datatype, op, plan.max_requests,
-                            kernel, deadline, local)
+                            kernel, deadline, local, rounds)
     try:
-        return _execute_python(plan, addresses, comm, datatype, op, deadline, local or _HostLocal(datatype, op))
+        return _execute_python(plan, addresses, comm, datatype, op, deadline, local or _HostLocal(datatype, op),
+                               rounds)
     except BaseException:
         if local is not None:
             local.sync()      # nothing queued runs on after the call has raised
         raise
 
 
-def _execute_python(plan, addresses, comm, datatype, op, deadline, local):
+def _execute_python(plan, addresses, comm, datatype, op, deadline, local, rounds):
     extent = datatype.Get_extent()[1]
     posted, first, current, queued = [], None, None, False
     for kind, rnd, peer, buf, off, count, buf2, off2 in plan.rows.tolist():
@@ -74,6 +76,8 @@ def _execute_python(plan, addresses, comm, datatype, op, deadline, local):
             if queued and rnd != current:
                 local.sync()   # the round's sends may read, its receives overwrite, queued work
                 queued = False
+            if rounds is not None and rnd != current:
+                rounds.begin(rnd)
             current = rnd
         a = addresses[buf] + off
         if kind in (RECV, SEND):
