@@ -2,6 +2,11 @@
 """Compiled transport: runs a per-rank plan (see stragglar_mpi/_plan.py) with raw
 MPI calls, the GIL released, and a test-and-yield progress loop.
 
+Local rows run on the host with the typed loops below, or for another memory
+(device buffers: stragglar_mpi/_device.py) through that backend's table of local
+operations, called with the GIL; then the backend's queue is synchronised before
+the next round's messages are posted.
+
 Plan rows are int64: (kind, round, peer, buf, offset, count, buf2, offset2).
 Offsets are in bytes, counts in elements of the call's datatype.  Counts are
 MPI_Count; mpi_compat.h makes the large-count calls work on MPI-3.1 libraries too.
