@@ -365,7 +365,7 @@ def _run_schedule(state, name, straggler, args, transport, deadline, memory, sta
     kind = PHASE1.get(name)
     sub = state.early_comm(straggler, deadline) if kind else None  # every rank: same LRU order
     staged = bool(deadline)    # after a timeout MPI writes scratch, never the caller's buffer
-    bounds = chunk_bounds(out.count, chunks)
+    bounds = chunk_bounds(out.count, chunks) if sub is not None else None
     if sub is not None and (staged or args.in_place):
         phase1_count = out.count if kind == "allreduce" else max(b[1] for b in bounds)
         scratch_bytes = max(scratch_bytes, phase1_count * extent)

@@ -16,7 +16,6 @@ from __future__ import annotations
 import ctypes
 import threading
 
-import numpy as np
 from mpi4py import MPI
 
 _KEPT = []   # scratch that MPI may still write after a failed call: never freed
@@ -109,11 +108,23 @@ class _Host:
         return None
 
     def lease(self, state):
-        return Lease(state, lambda st, kind: pool(st, kind, _host_buffer))
+        return _HostLease(state)
 
 
-def _host_buffer(nbytes):
-    return np.empty(max(nbytes, 1), np.uint8)
+class _HostLease:
+    """The host's lease: the communicator's one scratch buffer needs no bookkeeping
+    (a timeout keeps it for good: _allreduce._timed_out)."""
+
+    __slots__ = ("state",)
+
+    def __init__(self, state):
+        self.state = state
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
 
 
 HOST = _Host()
