@@ -23,10 +23,22 @@ import numpy as np
 from mpi4py import MPI
 
 from . import _cuda, _kernels, _memory
+from ._buffers import is_in_place
 
 _PAIR_NAMES = ("FLOAT_INT", "DOUBLE_INT", "LONG_INT", "SHORT_INT", "LONG_DOUBLE_INT", "TWOINT", "INT_INT")
 _PAIRS = {getattr(MPI, n).handle for n in _PAIR_NAMES
           if getattr(MPI, n, MPI.DATATYPE_NULL) != MPI.DATATYPE_NULL}
+
+
+def is_device_call(sendbuf, recvbuf) -> bool:
+    """Whether either buffer spec of an ``Allreduce`` call is on a GPU (before any check:
+    a malformed spec is the checks' business)."""
+    return _cuda.is_device(_object(recvbuf)) or (
+        not is_in_place(sendbuf) and _cuda.is_device(_object(sendbuf)))
+
+
+def _object(spec):
+    return spec[0] if isinstance(spec, (list, tuple)) and spec else spec
 
 
 def route(src, out, op, needs_kernel=True) -> str:
