@@ -2,6 +2,11 @@
 """Compiled transport: runs a per-rank plan (see stragglar_mpi/_plan.py) with raw
 MPI calls, the GIL released, and a test-and-yield progress loop.
 
+Local rows run on the host with the typed loops below, or for another memory
+(device buffers: stragglar_mpi/_device.py) through that backend's table of local
+operations, called with the GIL; then the backend's queue is synchronised before
+the next round's messages are posted.
+
 Plan rows are int64: (kind, round, peer, buf, offset, count, buf2, offset2).
 Offsets are in bytes, counts in elements of the call's datatype.  Counts are
 MPI_Count; mpi_compat.h makes the large-count calls work on MPI-3.1 libraries too.
@@ -16,6 +21,7 @@ from mpi4py.libmpi cimport (
 from libc.string cimport memcpy
 from libc.stdint cimport int32_t, int64_t, uintptr_t
 from libc.stdlib cimport malloc, free
+from cpython.object cimport PyObject
 
 cdef extern from "sched.h" nogil:
     int sched_yield()
@@ -56,6 +62,7 @@ cdef enum:
 cdef enum:
     TIMED_OUT = -1
     WRONG_SIZE = -2     # a receive completed with another size than the plan's
+    LOCAL_FAILED = -3   # the memory backend's local operation raised (kept in its .error)
 
 
 cdef inline int _complete(MPI_Request *reqs, int n, double deadline,
@@ -177,11 +184,36 @@ cdef int _check_sizes(Posted *p, MPI_Datatype dtype) noexcept nogil:
     return MPI_SUCCESS
 
 
+cdef int _local(PyObject *local, int64_t kind, char *a, char *b, int64_t count,
+                MPI_Aint extent) noexcept with gil:
+    """A local operation of a memory backend other than the host (see _memory): REDUCE,
+    COPY, with kind -1 the synchronisation of what it queued, with kind -2 the start
+    of round ``count`` (``rounds.begin``: staged copies, _staged)."""
+    backend = <object>local
+    try:
+        if kind == REDUCE:
+            backend.reduce(<uintptr_t>a, <uintptr_t>b, count)
+        elif kind == COPY:
+            backend.copy(<uintptr_t>a, <uintptr_t>b, count * extent)
+        elif kind == -2:
+            backend.begin(count)
+        else:
+            backend.sync()
+    except BaseException as exc:
+        backend.error = exc
+        return LOCAL_FAILED
+    return MPI_SUCCESS
+
+
 cdef int _run(const int64_t[:, ::1] plan, char **bufs, MPI_Comm comm,
-              MPI_Datatype dtype, MPI_Op op, MPI_Aint extent, Posted *p, int kernel) noexcept nogil:
+              MPI_Datatype dtype, MPI_Op op, MPI_Aint extent, Posted *p, int kernel,
+              PyObject *local, PyObject *rounds) noexcept nogil:
+    # ``local``: NULL for host memory (the loops below), else the backend's table;
+    # ``rounds``: NULL, or told when each round starts (after the previous one is complete).
     cdef Py_ssize_t i
     cdef int ierr = MPI_SUCCESS
     cdef int64_t kind, rnd = -1
+    cdef bint queued = False     # local work of the backend not yet synchronised
     cdef char *a
     for i in range(plan.shape[0]):
         kind = plan[i, 0]
@@ -189,6 +221,12 @@ cdef int _run(const int64_t[:, ::1] plan, char **bufs, MPI_Comm comm,
         if plan[i, 1] != rnd or kind == REDUCE or kind == COPY:
             # A round starts, and local work begins, only when this rank's messages are done.
             ierr = _settle(p, dtype)
+            if ierr == MPI_SUCCESS and queued and plan[i, 1] != rnd:
+                # The round's sends may read, and its receives overwrite, what the queue touches.
+                ierr = _local(local, -1, NULL, NULL, 0, extent)
+                queued = False
+            if ierr == MPI_SUCCESS and rounds != NULL and plan[i, 1] != rnd:
+                ierr = _local(rounds, -2, NULL, NULL, plan[i, 1], extent)
             rnd = plan[i, 1]
             if ierr == MPI_SUCCESS:
                 p.round = rnd
@@ -204,20 +242,31 @@ cdef int _run(const int64_t[:, ::1] plan, char **bufs, MPI_Comm comm,
             ierr = smpi_isend(a, <MPI_Count>plan[i, 5], dtype, <int>plan[i, 2],
                                <int>(rnd % TAG_MOD), comm, &p.reqs[p.n])
             p.n += 1
+        elif ierr == MPI_SUCCESS and local != NULL:
+            ierr = _local(local, kind, a, bufs[plan[i, 6]] + plan[i, 7], plan[i, 5], extent)
+            queued = True
         elif ierr == MPI_SUCCESS and kind == REDUCE:
             ierr = _reduce(a, bufs[plan[i, 6]] + plan[i, 7], plan[i, 5], kernel, dtype, op)
         elif ierr == MPI_SUCCESS:
             memcpy(bufs[plan[i, 6]] + plan[i, 7], a, <size_t>(plan[i, 5] * extent))
         if ierr != MPI_SUCCESS:
             return ierr
-    return _settle(p, dtype)
+    ierr = _settle(p, dtype)
+    if ierr == MPI_SUCCESS and queued:
+        ierr = _local(local, -1, NULL, NULL, 0, extent)
+    return ierr
 
 
 def execute(const int64_t[:, ::1] plan, tuple addresses, MPI.Comm comm,
-            MPI.Datatype dtype, MPI.Op op, int maxreq, int kernel=0, double deadline=0.0):
+            MPI.Datatype dtype, MPI.Op op, int maxreq, int kernel=0, double deadline=0.0,
+            object local=None, object rounds=None):
     """Run ``plan`` on the buffers at ``addresses`` (input, output, scratch).
 
     ``kernel`` selects a typed reduction loop (see ``kernel_id``); 0 uses MPI_Reduce_local.
+    ``local``: None for host memory, else the memory backend's local operations
+    (``reduce(a, b, count)``, ``copy(a, b, nbytes)``, ``sync()``, ``error``; _device.Local).
+    ``rounds``: None, or an object whose ``begin(round)`` runs before each round's
+    messages are posted (``error`` as for ``local``; _staged.Staging).
     ``deadline``: an MPI_Wtime after which waiting stops; the outstanding
     requests are cancelled and ``Pending(round, peers)`` is raised.
     Returns the MPI_Wtime at which the first receives completed, or None.
@@ -232,6 +281,8 @@ def execute(const int64_t[:, ::1] plan, tuple addresses, MPI.Comm comm,
     if plan.shape[0] and maxreq < 1:
         raise ValueError("maxreq must be positive")
     cdef int cap = max(maxreq, 1)
+    cdef PyObject *table = NULL if local is None else <PyObject *>local
+    cdef PyObject *hook = NULL if rounds is None else <PyObject *>rounds
     p.reqs = <MPI_Request *>malloc(cap * sizeof(MPI_Request))
     p.statuses = <MPI_Status *>malloc(cap * sizeof(MPI_Status))
     p.peers = <int *>malloc(cap * sizeof(int))
@@ -242,10 +293,15 @@ def execute(const int64_t[:, ::1] plan, tuple addresses, MPI.Comm comm,
         if p.reqs == NULL or p.statuses == NULL or p.peers == NULL or p.counts == NULL:
             raise MemoryError()
         with nogil:
-            ierr = _run(plan, bufs, comm.ob_mpi, dtype.ob_mpi, op.ob_mpi, extent, &p, kernel)
+            ierr = _run(plan, bufs, comm.ob_mpi, dtype.ob_mpi, op.ob_mpi, extent, &p, kernel, table, hook)
             if ierr != MPI_SUCCESS:
                 _abandon(p.reqs, p.n)
+        if ierr == LOCAL_FAILED:
+            _drain(local)
+            failed = getattr(rounds, "error", None)
+            raise failed if failed is not None else local.error
         if ierr != MPI_SUCCESS:
+            _drain(local)
             _raise(&p, ierr, dtype)
     finally:
         free(p.reqs)
@@ -253,6 +309,15 @@ def execute(const int64_t[:, ::1] plan, tuple addresses, MPI.Comm comm,
         free(p.peers)
         free(p.counts)
     return p.first if p.first >= 0 else None
+
+
+cdef _drain(object local):
+    """After a failure: nothing the backend queued runs on after the call has raised."""
+    if local is not None:
+        try:
+            local.sync()
+        except BaseException:
+            pass
 
 
 cdef _raise(Posted *p, int ierr, MPI.Datatype dtype):

@@ -3,23 +3,25 @@ from __future__ import annotations
 
 from collections import Counter
 import json
-from functools import lru_cache
 
 import numpy as np
 from mpi4py import MPI
 
-from . import _config, _device, _features, _hierarchical, _transport
+from . import _config, _device, _features, _hierarchical, _staged, _transport
 from ._args import check
 from ._buffers import Message
 from ._errors import Mismatch, Pending, StragglerTimeout
-from ._plan import compile_rounds
+from ._memory import _KEPT, HOST
+from ._phases import exactly_commutative as _exactly_commutative
+from ._phases import plan_of as _plan
+from ._phases import region, start_phase1, wait as _wait, wait_all as _wait_all
 from ._policy import SAMPLE_FIRST, SAMPLE_MAX, auto_algorithm, predict_straggler
 from ._report import log_of
 from ._state import KEYVAL, peek, state_of
-from .schedule import PHASE1, chunk_bounds, rank_view
+from .schedule import PHASE1, chunk_bounds
 
-_ORDERED_FLOAT_OPS = {MPI.MAX.handle, MPI.MIN.handle}
 PHASE1_ROLES = ("stragglar", "direct", "hierarchical")
+_MEMORY = {"host": HOST, "device": _device.DEVICE}
 
 
 def Allreduce(comm, sendbuf, recvbuf, op=MPI.SUM, *, straggler=None, algorithm=None):
@@ -50,9 +52,6 @@ def _call(comm, sendbuf, recvbuf, op, straggler, algorithm):
     try:
         if not _supported(comm):
             _plain(comm, sendbuf, recvbuf, op)
-            return None
-        if _device.is_device_call(sendbuf, recvbuf):
-            _device.allreduce(comm, sendbuf, recvbuf, op, straggler=straggler, algorithm=algorithm)
             return None
         checked = lambda: check(comm, sendbuf, recvbuf, op, straggler, algorithm, settings)  # noqa: E731
         args = _same_everywhere(comm, checked, deadline) if settings.validate else checked()
@@ -94,29 +93,33 @@ def _run(comm, state, args, settings, t_call, deadline):
     if name != "native" or deadline:
         name, straggler = _roles(state, name, args.policy, args.out.count * args.out.extent,
                                  args.n, tracked=bool(deadline), deadline=deadline)
-    if name == "native":
-        _native(comm, state, args, deadline)
-        t_end = MPI.Wtime()
-        _record(state, name, None, args.policy, t_call, t_call, None, t_end, None)
-        first, transport = None, None
-    else:
-        transport = _transport.name(settings)
-        if name == "hierarchical" and not _hierarchical.applies(state.topology, straggler):
-            name = "stragglar"     # one node, a rank per node, or S alone on its node: flat
-        t_p1, first = _run_planned(state, name, straggler, args, transport, deadline)
-        t_end = MPI.Wtime()
-        _record(state, name, straggler, args.policy, t_call, t_p1, first, t_end, transport)
+    if name == "hierarchical" and (args.route == "device"
+                                   or not _hierarchical.applies(state.topology, straggler)):
+        name = "stragglar"     # one node, a rank per node, S alone on its node, device pointers: flat
+    transport = None if name == "native" else _transport.name(settings)
+    t_p1, first = _execute(comm, state, name, straggler, args, transport, deadline)
+    t_end = MPI.Wtime()
+    _record(state, name, straggler, args.policy, t_call, t_p1 or t_call, first, t_end, transport,
+            args.route)
     if state.tracked_seq != seq:      # a tracked call: the straggler report keeps what ran
         post = t_end - (first if first is not None else t_call)
         log_of(state, args.n, comm.Get_name()).ran(state.tracked_seq, name, straggler,
                                                    args.out.count * args.out.extent, post)
 
 
-def _run_planned(state, name, straggler, args, transport, deadline):
-    if name != "hierarchical":
-        return _run_schedule(state, name, straggler, args, transport, deadline)
-    commutative = _exactly_commutative(args.op, args.out.datatype)
-    return _hierarchical.run(state, straggler, args, transport, deadline, _wait_all, commutative)
+def _execute(comm, state, name, straggler, args, transport, deadline, staging=None):
+    """Phase 1 and the plan (or the native call) in the call's memory; returns (end of
+    phase 1 or None, first receive or None).  Staged, they run in host memory."""
+    if args.route == "staged":
+        with _staged.Staging(state, args, whole=name not in _staged.PIPELINED) as staged:
+            return _execute(comm, state, name, straggler, staged.args, transport, deadline, staged)
+    if name == "native":
+        _native(comm, state, args, deadline)
+        return None, None
+    if name == "hierarchical":
+        commutative = _exactly_commutative(args.op, args.out.datatype)
+        return _hierarchical.run(state, straggler, args, transport, deadline, _wait_all, commutative)
+    return _run_schedule(state, name, straggler, args, transport, deadline, _MEMORY[args.route], staging)
 
 
 def _native(comm, state, args, deadline):
@@ -125,51 +128,47 @@ def _native(comm, state, args, deadline):
             MPI.Intracomm.Allreduce(comm, sendbuf, recvbuf, args.op)
         return
     if not args.out.datatype.is_predefined:
-        sendbuf = MPI.IN_PLACE if args.in_place else args.sendbuf
-        request = MPI.Intracomm.Iallreduce(state.private, sendbuf, args.recvbuf, args.op)
+        sendbuf, recvbuf = _specs(args)
+        request = MPI.Intracomm.Iallreduce(state.private, sendbuf, recvbuf, args.op)
         _wait(request, deadline, "the native AllReduce")
         return
     _native_on_scratch(state, args, deadline)
 
 
+def _specs(args):
+    """(send, receive) specs of the whole call: the caller's own for host memory."""
+    if args.route == "host":
+        return MPI.IN_PLACE if args.in_place else args.sendbuf, args.recvbuf
+    send = MPI.IN_PLACE if args.in_place else _region(args.src, 0, args.src.count)
+    return send, _region(args.out, 0, args.out.count)
+
+
 def _native_pieces(args):
     """The call's buffers, or on MPI-3.1 above INT_MAX elements pieces that it accepts."""
-    sendbuf = MPI.IN_PLACE if args.in_place else args.sendbuf
     cuts = _features.pieces(args.out.count)
     if len(cuts) == 1:
-        return [(sendbuf, args.recvbuf)]
-    return [(sendbuf if args.in_place else _region(args.src, start, length), _region(args.out, start, length))
+        return [_specs(args)]
+    return [(MPI.IN_PLACE if args.in_place else _region(args.src, start, length), _region(args.out, start, length))
             for start, length in cuts]
 
 
 def _native_on_scratch(state, args, deadline):
     """Under a deadline MPI works on scratch memory, copied out on success: after a
     timeout, the request that cannot be cancelled writes there, not into the caller's buffer."""
-    out, src = args.out, args.src
-    nbytes = out.count * out.extent
-    holes = out.datatype.Get_size() != out.extent       # pair types: keep the caller's padding
-    scratch = state.scratch(2 * nbytes if holes and not args.in_place else nbytes)
-    result = scratch[:nbytes]
-    result[:] = _bytes(out if holes else src, 0, out.count)
-    send = MPI.IN_PLACE
-    if holes and not args.in_place:
-        send = [scratch[nbytes:2 * nbytes], out.count, out.datatype]
-        send[0][:] = _bytes(src, 0, out.count)
-    request = MPI.Intracomm.Iallreduce(state.private, send, [result, out.count, out.datatype], args.op)
-    _wait(request, deadline, "the native AllReduce")
-    _bytes(out, 0, out.count)[:] = result
-
-
-def _wait(request, deadline, phase, peers=()):
-    _wait_all([request], deadline, phase, peers)
-
-
-def _wait_all(requests, deadline, phase, peers=()):
-    if not _transport.wait(requests, deadline):
-        raise Pending(peers, phase)
-
-
-_KEPT = []   # scratch that MPI may still write after a timeout: never freed
+    out, src, memory = args.out, args.src, _MEMORY[args.route]
+    nbytes, dt = out.count * out.extent, out.datatype
+    holes = dt.Get_size() != out.extent       # pair types: keep the caller's padding
+    with memory.lease(state) as lease:
+        scratch = memory.scratch(lease, 2 * nbytes if holes and not args.in_place else nbytes)
+        memory.copy(scratch, (out if holes else src).address, nbytes)
+        send = MPI.IN_PLACE
+        if holes and not args.in_place:
+            send = region(scratch + nbytes, out.count, dt, out.extent)
+            memory.copy(scratch + nbytes, src.address, nbytes)
+        request = MPI.Intracomm.Iallreduce(state.private, send, region(scratch, out.count, dt, out.extent),
+                                           args.op)
+        _wait(request, deadline, "the native AllReduce")
+        memory.copy(out.address, scratch, nbytes)
 
 
 def _failed(state, exc, timeout):
@@ -354,125 +353,58 @@ def _sampled(state, n, nbytes):
     return calls == state.next_pair
 
 
-def _exactly_commutative(op, datatype):
-    """Whether op(a, b) == op(b, a) bit for bit, so reductions need no fixed order."""
-    if not op.is_predefined:
-        return False
-    if op.handle in _ORDERED_FLOAT_OPS:
-        return datatype.tocode() not in "efdgFDG"
-    return True
-
-
-@lru_cache(maxsize=256)
-def _plan(name, n, straggler, rank, count, extent, in_place, commutative, dt_handle):
-    """(chunks, plan) of ``rank``.  A miss costs one rank's rounds: StragglAR is verified
-    once per n and a new straggler only relabels this rank's slice (schedule.rank_view)."""
-    chunks, rounds = rank_view(name, n, straggler, rank)
-    return chunks, compile_rounds(rounds, chunks, rank, count, extent, in_place, commutative,
-                                  _prepared(name, n, straggler, rank, chunks))
-
-
-def _prepared(name, n, straggler, rank, chunks):
-    """Chunks that phase 1 leaves in the receive buffer of ``rank``."""
-    kind = PHASE1.get(name)
-    straggler = n - 1 if straggler is None else straggler
-    if kind is None or rank == straggler:
-        return frozenset()
-    if kind == "reduce_scatter":
-        return frozenset([rank - (rank > straggler)])
-    return frozenset(range(chunks))
-
-
-def _run_schedule(state, name, straggler, args, transport, deadline):
+def _run_schedule(state, name, straggler, args, transport, deadline, memory, staging=None):
+    """Phase 1 on the early ranks, then this rank's plan, in ``memory`` (a backend);
+    ``staging`` (_staged): told the plan, and when each of its rounds starts."""
     comm, out, src = state.private, args.out, args.src
     dt, extent = out.datatype, out.extent
     rank, n = comm.Get_rank(), comm.Get_size()
-    commutative = _exactly_commutative(args.op, dt)
     chunks, plan = _plan(name, n, straggler, rank, out.count, extent, args.in_place,
-                         commutative, dt.handle)
+                         _exactly_commutative(args.op, dt), dt.handle)
     scratch_bytes = plan.scratch_bytes
     kind = PHASE1.get(name)
     sub = state.early_comm(straggler, deadline) if kind else None  # every rank: same LRU order
-    if sub is not None:
-        bounds = chunk_bounds(out.count, chunks)
-        staged = bool(deadline)    # after a timeout MPI writes scratch, never the caller's buffer
+    staged = bool(deadline)    # after a timeout MPI writes scratch, never the caller's buffer
+    bounds = chunk_bounds(out.count, chunks) if sub is not None else None
+    if sub is not None and (staged or args.in_place):
         phase1_count = out.count if kind == "allreduce" else max(b[1] for b in bounds)
-        if staged or args.in_place:
-            scratch_bytes = max(scratch_bytes, phase1_count * extent)
-        started = _phase1(sub, kind, bounds, args, state.scratch(scratch_bytes), staged)
-        _wait(started.request, deadline, f"phase 1 ({kind} among the early ranks)",
-              [r for r in range(n) if r not in (rank, straggler)])
-        started.finish()
-    scratch = state.scratch(scratch_bytes)
-    t_p1 = MPI.Wtime()
-    addresses = (src.address, out.address, MPI.buffer(scratch).address)
-    first = _transport.execute(plan, addresses, comm, dt, args.op, transport, deadline)
+        scratch_bytes = max(scratch_bytes, phase1_count * extent)
+    if staging is not None:
+        staging.start(plan, chunks, early=sub is not None)
+    with memory.lease(state) as lease:
+        scratch = memory.scratch(lease, scratch_bytes)
+        if sub is not None:
+            started = start_phase1(sub, kind, bounds, src, out, args.in_place, args.op, scratch, staged)
+            _wait(started.request, deadline, f"phase 1 ({kind} among the early ranks)",
+                  [r for r in range(n) if r not in (rank, straggler)])
+            started.finish(memory)
+        t_p1 = MPI.Wtime()
+        addresses = (src.address, out.address, scratch)
+        first = _transport.execute(plan, addresses, comm, dt, args.op, transport, deadline,
+                                   memory.local(dt, args.op), staging)
     return t_p1, first
-
-
-def _bytes(msg, offset, count):
-    return np.frombuffer(MPI.buffer.fromaddress(msg.address + offset * msg.extent, count * msg.extent), np.uint8)
 
 
 def _region(msg, offset, count):
     """A [buffer, count, datatype] spec of ``count`` elements at element ``offset``."""
-    extent = msg.extent
-    return [MPI.buffer.fromaddress(msg.address + offset * extent, count * extent), count, msg.datatype]
+    return region(msg.address + offset * msg.extent, count, msg.datatype, msg.extent)
 
 
-class _Phase1:
-    """A nonblocking phase 1 and what to do once it completes."""
-
-    def __init__(self, request, then=None):
-        self.request, self.then = request, then
-
-    def finish(self):
-        if self.then:
-            self.then()
-
-
-def _phase1(sub, kind, bounds, args, scratch, staged=False):
-    """ReduceScatter (or AllReduce for "direct") among the early ranks, started.
-
-    The result lands in scratch, copied into the receive buffer by ``finish``, when
-    the call is in place or ``staged`` (under a deadline)."""
-    src, out, op, count = args.src, args.out, args.op, args.out.count
-    if sub.Get_size() == 1:     # one early rank (n = 2): its own data, at any count on any MPI
-        if not args.in_place:
-            _bytes(out, 0, count)[:] = _bytes(src, 0, count)
-        return _Phase1(MPI.REQUEST_NULL)
-    send = _region(out if args.in_place else src, 0, count)
-    if kind == "allreduce":
-        if not staged:
-            return _Phase1(sub.Iallreduce(MPI.IN_PLACE if args.in_place else send, _region(out, 0, count), op))
-        offset, length = 0, count
-        request = sub.Iallreduce(send, [scratch[:count * out.extent], count, out.datatype], op)
-    else:
-        offset, length = bounds[sub.Get_rank()]
-        counts = [b[1] for b in bounds]
-        if not (args.in_place or staged):
-            return _Phase1(sub.Ireduce_scatter(send, _region(out, offset, length), counts, op))
-        request = sub.Ireduce_scatter(send, [scratch[:length * out.extent], length, out.datatype],
-                                      counts, op)
-    nbytes = length * out.extent
-    dst = np.frombuffer(MPI.buffer.fromaddress(out.address + offset * out.extent, nbytes), np.uint8)
-    return _Phase1(request, lambda: dst.__setitem__(slice(None), scratch[:nbytes]))
-
-
-def _record(state, name, straggler, policy, t_call, t_p1, first, t_end, transport):
+def _record(state, name, straggler, policy, t_call, t_p1, first, t_end, transport, memory="host"):
     state.calls[name] += 1
-    state.last = (name, straggler, policy, t_call, t_p1, first, t_end, transport)
+    state.last = (name, straggler, policy, t_call, t_p1, first, t_end, transport, memory)
     if state.bindings is not None:
         state.bindings.last_was_hit = False
 
 
-def _last(name, straggler, policy, t_call, t_p1, first, t_end, transport):
+def _last(name, straggler, policy, t_call, t_p1, first, t_end, transport, memory):
     arrived = first if first is not None else t_p1
     return {
         "algorithm": name,
         "straggler": straggler,
         "policy": policy if name in PHASE1_ROLES else None,
         "transport": transport,
+        "memory": memory,
         "reduce_scatter": t_p1 - t_call,
         "wait": arrived - t_p1,
         "post_arrival": t_end - arrived,
@@ -493,7 +425,7 @@ def stats(comm) -> dict:
         calls["native"] += bindings.native_calls
         if bindings.last_was_hit:
             last = ("native", None, bindings.policy, bindings.t_call, bindings.t_call, None,
-                    bindings.t_end, None)
+                    bindings.t_end, None, "host")
     return {"calls": dict(calls), "last": _last(*last) if last else {}}
 
 

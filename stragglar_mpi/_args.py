@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 from mpi4py import MPI
 
-from . import _config
+from . import _config, _device
 from ._buffers import Message, messages
 from ._policy import POLICIES
 
@@ -20,16 +20,18 @@ _PAIR_TYPES = {getattr(MPI, n).handle for n in
 
 class Args:
     """The checked arguments of one call.  ``native_from_c``: a repeat of it is one
-    MPI_Allreduce from the compiled entry (native, untracked: no timeout)."""
+    MPI_Allreduce from the compiled entry (native, untracked: no timeout).  ``route``:
+    which memory runs it, "host", "device" or "staged" (_device.route)."""
 
     __slots__ = ("n", "policy", "sendbuf", "recvbuf", "op", "in_place", "out", "src", "name",
-                 "signature", "native_from_c")
+                 "signature", "native_from_c", "route")
 
     def __init__(self, n, policy, sendbuf, recvbuf, op, in_place, out, src, name, signature,
-                 native_from_c=False):
+                 native_from_c=False, route="host"):
         self.n, self.policy, self.op, self.in_place = n, policy, op, in_place
         self.sendbuf, self.recvbuf, self.out, self.src = sendbuf, recvbuf, out, src
         self.name, self.signature, self.native_from_c = name, signature, native_from_c
+        self.route = route
 
     def unbound(self):
         """These arguments without the caller's objects (what a binding keeps)."""
@@ -38,11 +40,11 @@ class Args:
 
     def rebound(self, sendbuf, recvbuf, out, src):
         return Args(self.n, self.policy, sendbuf, recvbuf, self.op, self.in_place, out, src,
-                    self.name, self.signature, self.native_from_c)
+                    self.name, self.signature, self.native_from_c, self.route)
 
 
 def _unbound(msg):
-    return Message(None, None, msg.address, msg.count, msg.datatype, msg.extent)
+    return Message(None, None, msg.address, msg.count, msg.datatype, msg.extent, msg.memory)
 
 
 def check(comm, sendbuf, recvbuf, op, straggler, algorithm, settings) -> Args:
@@ -55,12 +57,13 @@ def check(comm, sendbuf, recvbuf, op, straggler, algorithm, settings) -> Args:
     reducible = bytes_as_unsigned_char(src, out, op, in_place)
     if out.datatype.is_predefined:     # the same error, whichever path runs (host or device)
         check_op(op, reducible[1].datatype)
-    if name != "native":
+    route = _device.route(src, out, op, needs_kernel=name != "native")
+    if name != "native" or route != "host":     # MPI gets our Messages, not the caller's specs
         src, out = reducible
     signature = (requested, str(policy), in_place, out.count, out.datatype.Get_size(),
                  _type_name(out.datatype), _op_name(op))
     return Args(n, policy, sendbuf, recvbuf, op, in_place, out, src, name, signature,
-                name == "native" and settings.timeout is None)
+                name == "native" and settings.timeout is None and route == "host", route)
 
 
 def check_straggler(straggler, n):
@@ -96,8 +99,7 @@ def bytes_as_unsigned_char(src, out, op, in_place):
     only the bitwise ones on MPI.BYTE: our own reductions take it as MPI.UNSIGNED_CHAR."""
     if out.datatype.handle != MPI.BYTE.handle or op.handle in _BYTE_OPS:
         return src, out
-    as_uchar = [Message(m.buf, m.obj, m.address, m.count, MPI.UNSIGNED_CHAR, m.extent)
-                for m in (src, out)]
+    as_uchar = [m.retyped(MPI.UNSIGNED_CHAR) for m in (src, out)]
     return (as_uchar[1] if in_place else as_uchar[0]), as_uchar[1]
 
 

@@ -15,6 +15,9 @@ MPI is called (no ``Allreduce_init``: this works on MPI-3.1 too):
 - without a count, the count is the buffer's length over the datatype's extent;
 - ``None`` or ``MPI.IN_PLACE`` as the send buffer: in place;
 - the send and receive datatypes (handles) and counts must agree.
+
+A device array (``_cuda.describe_device``) resolves like a host array of the same
+layout, into a Message whose address is on the device and whose ``memory`` says so.
 """
 from __future__ import annotations
 
@@ -23,19 +26,27 @@ import sys
 
 from mpi4py import MPI
 
+from . import _cuda
+
 _BYTE_FORMAT = "B"
 
 
 class Message:
-    """A resolved buffer: where the data is, how many elements, of which datatype."""
+    """A resolved buffer: where the data is, how many elements, of which datatype, and
+    in which memory ("host", "device" or "managed": the CUDA driver's answer)."""
 
-    __slots__ = ("buf", "obj", "address", "count", "datatype", "extent")
+    __slots__ = ("buf", "obj", "address", "count", "datatype", "extent", "memory")
 
-    def __init__(self, buf, obj, address, count, datatype, extent=None):
+    def __init__(self, buf, obj, address, count, datatype, extent=None, memory="host"):
         self.buf = buf            # MPI.buffer (or None at MPI_BOTTOM); holds the export for the call
-        self.obj = obj            # what the caller passed (device detection looks at it)
+        self.obj = obj            # what the caller passed
         self.address, self.count, self.datatype = address, count, datatype
         self.extent = datatype.Get_extent()[1] if extent is None else extent
+        self.memory = memory
+
+    def retyped(self, datatype):
+        """The same memory seen as elements of ``datatype`` (of the same extent)."""
+        return Message(self.buf, self.obj, self.address, self.count, datatype, self.extent, self.memory)
 
 
 def is_in_place(sendbuf) -> bool:
@@ -70,13 +81,19 @@ def validate(sendbuf, recvbuf, op) -> None:
 def resolve(spec, readonly: bool) -> Message:
     """The Message of one buffer spec (mpi4py's ``message_simple``)."""
     obj, o_count, o_displ, o_type = split(spec)
+    memory, device = "host", None
     if obj is None or obj is MPI.BOTTOM:
         buf, address, length = None, 0, 0          # MPI_BOTTOM
         datatype = _as_datatype(o_type)
     else:
-        buf = _export(obj, readonly)
+        # A device array is checked on a host stand-in of the same layout (same errors).
+        device = _cuda.describe_device(obj)
+        layout = obj if device is None else device.standin()
+        buf = _export(layout, readonly)
         address, length = buf.address, buf.nbytes
-        datatype = _as_datatype(o_type) if o_type is not None else _format_datatype(obj)
+        if device is not None:
+            address, memory = device.ptr + (address - layout.ctypes.data), device.memory
+        datatype = _as_datatype(o_type) if o_type is not None else _format_datatype(layout)
     displ, extent = 0, None
     if o_displ is not None:
         displ = operator.index(o_displ)
@@ -91,7 +108,7 @@ def resolve(spec, readonly: bool) -> Message:
     count = _count(o_count, obj, length, datatype, extent)
     if extent is None:
         extent = datatype.Get_extent()[1] if datatype != MPI.DATATYPE_NULL else 0
-    return Message(buf, obj, address, count, datatype, extent)
+    return Message(buf, obj, address, count, datatype, extent, memory)
 
 
 def split(spec):

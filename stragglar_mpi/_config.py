@@ -136,7 +136,7 @@ KNOBS = (
     Knob("STRAGGLAR_CUDA_AWARE", "cuda_aware", "", _detected_or_flag,
          "`0`/`1`: override the detection of a CUDA-aware MPI (unset: detected)"),
     Knob("STRAGGLAR_CUDA_PIECE_BYTES", "cuda_piece_bytes", "4194304", _bytes(1),
-         "piece size when device buffers are staged through host memory"),
+         "largest single host-device copy when device buffers are staged through host memory"),
 )
 KNOWN = frozenset(k.name for k in KNOBS)
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import ctypes
 import os
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 import numpy as np
@@ -36,6 +36,7 @@ class DeviceArray:
     readonly: bool
     obj: object
     simulated: bool
+    memory: str = "device"     # or "managed" (the driver's answer)
 
     def standin(self):
         """A host array of the same layout, so validation raises what host input raises."""
@@ -52,9 +53,14 @@ class DeviceArray:
 
 def is_device(obj) -> bool:
     """Whether ``obj`` is an array in device memory (cheap for host objects)."""
+    return describe_device(obj) is not None
+
+
+def describe_device(obj):
+    """``describe(obj)``, answered at once for host objects (the usual case)."""
     if isinstance(obj, _HOST_TYPES) or obj is None:
-        return False
-    return describe(obj) is not None
+        return None
+    return describe(obj)
 
 
 def describe(obj):
@@ -65,9 +71,8 @@ def describe(obj):
                            not ary.flags.writeable, obj, True)
     cai = getattr(obj, "__cuda_array_interface__", None)
     desc = _from_cai(obj, cai) if cai is not None else _from_dlpack(obj)
-    if desc is None or not desc.ptr or memory_kind(desc.ptr) == "host":
-        return None
-    return desc
+    kind = memory_kind(desc.ptr) if desc is not None and desc.ptr else "host"
+    return None if kind == "host" else replace(desc, memory=kind)
 
 
 def _is_simulator_array(obj) -> bool:
@@ -121,6 +126,7 @@ def _from_dlpack(obj):
 
 # --- where memory lives: the CUDA driver, through ctypes ---------------------------------
 _CU_POINTER_ATTRIBUTE_MEMORY_TYPE, _CU_MEMORYTYPE_HOST = 2, 1
+_CU_POINTER_ATTRIBUTE_IS_MANAGED = 8
 _CUDA_ERROR_INVALID_VALUE = 1
 
 
@@ -137,7 +143,7 @@ def _libcuda():
 
 
 def memory_kind(ptr: int) -> str:
-    """"device" (device or managed memory) or "host" (pageable, pinned, or no CUDA at all)."""
+    """"device", "managed" or "host" (pageable, pinned, or no CUDA at all)."""
     lib = _libcuda()
     if lib is None:
         return "host"
@@ -146,7 +152,11 @@ def memory_kind(ptr: int) -> str:
     if err not in (0, _CUDA_ERROR_INVALID_VALUE):
         numba_cuda().current_context()  # the query needs a context on some drivers
         err = lib.cuPointerGetAttribute(ctypes.byref(kind), _CU_POINTER_ATTRIBUTE_MEMORY_TYPE, ptr)
-    return "device" if err == 0 and kind.value != _CU_MEMORYTYPE_HOST else "host"
+    if err != 0 or kind.value == _CU_MEMORYTYPE_HOST:
+        return "host"
+    managed = ctypes.c_uint(0)
+    err = lib.cuPointerGetAttribute(ctypes.byref(managed), _CU_POINTER_ATTRIBUTE_IS_MANAGED, ptr)
+    return "managed" if err == 0 and managed.value else "device"
 
 
 # --- CUDA-aware MPI ----------------------------------------------------------------------
@@ -218,29 +228,14 @@ def device_bytes(address: int, nbytes: int, owner=None):
     return cuda.from_cuda_array_interface(cai, owner=owner, sync=False)
 
 
-def address_of(devarray) -> int:
-    if hasattr(devarray, "_ary"):
-        return devarray._ary.ctypes.data
-    return devarray.__cuda_array_interface__["data"][0]
-
-
-_cache = {}
-
-
 def pinned(nbytes: int):
-    """A cached pinned host buffer (uint8) of at least ``nbytes``."""
-    buf = _cache.get("pinned")
-    if buf is None or buf.nbytes < nbytes:
-        buf = _cache["pinned"] = numba_cuda().pinned_array(max(nbytes, 1), np.uint8)
-    return buf[:nbytes]
+    """A new pinned host buffer (uint8) of ``nbytes`` (at least one byte)."""
+    return numba_cuda().pinned_array(max(nbytes, 1), np.uint8)
 
 
-def scratch(nbytes: int):
-    """A cached device buffer (uint8) of at least ``nbytes``."""
-    buf = _cache.get("scratch")
-    if buf is None or buf.nbytes < nbytes:
-        buf = _cache["scratch"] = numba_cuda().device_array(max(nbytes, 1), np.uint8)
-    return buf
+def device_scratch(nbytes: int):
+    """A new device buffer (uint8) of ``nbytes`` (at least one byte), on the current device."""
+    return numba_cuda().device_array(max(nbytes, 1), np.uint8)
 
 
 def info() -> dict:

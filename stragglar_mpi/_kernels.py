@@ -7,6 +7,7 @@ host after staging.
 """
 from __future__ import annotations
 
+import threading
 from functools import lru_cache
 
 import numpy as np
@@ -85,9 +86,10 @@ THREADS = 256
 
 @lru_cache(maxsize=1)
 def _max_blocks():
-    if _cuda.simulated():
-        return 1  # each simulated thread is a Python thread: few, looping
     return _cuda.numba_cuda().get_current_device().MULTIPROCESSOR_COUNT * 32
+
+
+_SIMULATED = threading.Lock()   # the simulator swaps a kernel's globals while it runs
 
 
 def reduce(a, b, opname, stream):
@@ -95,6 +97,9 @@ def reduce(a, b, opname, stream):
     n = b.size
     if n == 0:
         return
-    threads = min(n, 32) if _cuda.simulated() else THREADS
-    blocks = min(_max_blocks(), -(-n // threads))
-    kernel(b.dtype, opname)[blocks, threads, stream](a, b)
+    if _cuda.simulated():
+        with _SIMULATED:
+            kernel(b.dtype, opname)[1, min(n, 32), stream](a, b)
+        return
+    blocks = min(_max_blocks(), -(-n // THREADS))
+    kernel(b.dtype, opname)[blocks, THREADS, stream](a, b)

@@ -62,6 +62,7 @@ class State:
         self.topology, self.node_comm, self.links = None, None, None
         self.node_early = {}              # straggler -> its node without it (hierarchical)
         self._scratch = np.empty(0, dtype=np.uint8)
+        self.pools = {}                   # memory backends' scratch, per operation (_memory.Pool)
 
     def setup(self, comm, deadline=0.0):
         """The collective part, in the first call on ``comm`` (see the module's docstring)."""

@@ -1,5 +1,9 @@
 """Run a plan: the compiled transport (Cython, GIL released) or pure mpi4py.
 
+Both interpret the same plan rows with the same rule (a round's messages are
+posted once the previous round's are complete and its local work synchronised),
+over a memory backend's local operations (_memory): host loops, or device kernels.
+
 ``STRAGGLAR_TRANSPORT=python`` forces the pure-mpi4py one; a build without the
 extension falls back to it with a one-line warning.
 """
@@ -39,39 +43,75 @@ def name(settings=None) -> str:
     return choice
 
 
-def execute(plan, addresses, comm, datatype, op, transport, deadline=0.0):
+def execute(plan, addresses, comm, datatype, op, transport, deadline=0.0, local=None, rounds=None):
     """Run ``plan``; return the MPI_Wtime at which its first receive completed (or None).
 
     Past ``deadline`` (an MPI_Wtime; 0 = never) the outstanding requests are
-    cancelled and ``Pending(peers)`` is raised.
+    cancelled and ``Pending(peers)`` is raised.  ``local``: the memory backend's
+    local operations (None: host memory; see _memory).  ``rounds``: None, or told
+    ``begin(round)`` before each round's messages are posted (_staged).
     """
     if plan.rows.shape[0] == 0:
         return None
     if transport == "cython":
         kernel = _p2p.kernel_id(datatype, op)
         return _p2p.execute(plan.rows, tuple(addresses), comm, datatype, op, plan.max_requests,
-                            kernel, deadline)
-    return _execute_python(plan, addresses, comm, datatype, op, deadline)
+                            kernel, deadline, local, rounds)
+    try:
+        return _execute_python(plan, addresses, comm, datatype, op, deadline, local or _HostLocal(datatype, op),
+                               rounds)
+    except BaseException:
+        if local is not None:
+            local.sync()      # nothing queued runs on after the call has raised
+        raise
 
 
-def _execute_python(plan, addresses, comm, datatype, op, deadline):
+def _execute_python(plan, addresses, comm, datatype, op, deadline, local, rounds):
     extent = datatype.Get_extent()[1]
-    posted, first, current = [], None, None
+    posted, first, current, queued = [], None, None, False
     for kind, rnd, peer, buf, off, count, buf2, off2 in plan.rows.tolist():
         if rnd != current or kind in (REDUCE, COPY):
             # A round starts, and local work begins, only when this rank's messages are done.
-            first, current = _complete(posted, first, deadline, datatype), rnd
-        spec = [MPI.buffer.fromaddress(addresses[buf] + off, count * extent), count, datatype]
+            first = _complete(posted, first, deadline, datatype)
+            if queued and rnd != current:
+                local.sync()   # the round's sends may read, its receives overwrite, queued work
+                queued = False
+            if rounds is not None and rnd != current:
+                rounds.begin(rnd)
+            current = rnd
+        a = addresses[buf] + off
         if kind in (RECV, SEND):
+            spec = [MPI.buffer.fromaddress(a, count * extent), count, datatype]
             posted.append((_post(comm, kind, spec, peer, rnd % 32768), peer,
                            count if kind == RECV else -1, rnd))
         elif kind == REDUCE:
-            for start, length in _features.pieces(count):
-                op.Reduce_local(_part(addresses[buf] + off, start, length, datatype, extent),
-                                _part(addresses[buf2] + off2, start, length, datatype, extent))
+            local.reduce(a, addresses[buf2] + off2, count)
+            queued = True
         elif kind == COPY:
-            MPI.buffer.fromaddress(addresses[buf2] + off2, count * extent)[:] = spec[0]
-    return _complete(posted, first, deadline, datatype)
+            local.copy(a, addresses[buf2] + off2, count * extent)
+            queued = True
+    first = _complete(posted, first, deadline, datatype)
+    if queued:
+        local.sync()
+    return first
+
+
+class _HostLocal:
+    """The Python transport's local operations on host memory: MPI_Reduce_local, memmove."""
+
+    def __init__(self, datatype, op):
+        self.datatype, self.op, self.extent = datatype, op, datatype.Get_extent()[1]
+
+    def reduce(self, a, b, count):
+        for start, length in _features.pieces(count):
+            self.op.Reduce_local(_part(a, start, length, self.datatype, self.extent),
+                                 _part(b, start, length, self.datatype, self.extent))
+
+    def copy(self, a, b, nbytes):
+        MPI.buffer.fromaddress(b, nbytes)[:] = MPI.buffer.fromaddress(a, nbytes)
+
+    def sync(self):
+        pass
 
 
 def _post(comm, kind, spec, peer, tag):

@@ -1,7 +1,8 @@
 """GPU check on a machine with a real GPU (run through check.sh).
 
     python check.py kernels          every kernel against MPI_Reduce_local; throughput at 64 MiB
-    mpiexec -n N python check.py allreduce    staged Allreduce on one shared GPU, every dtype x op
+    mpiexec -n N python check.py allreduce    Allreduce on one shared GPU: CUDA-aware detection,
+                                              every dtype x op, 8 B .. 256 MiB, on every route
 
 Inputs are small integers, so every result is exact in any order.
 """
@@ -112,27 +113,61 @@ def throughput():
     return ok
 
 
+def routes():
+    """The routes this machine can run: staged always, device pointers where MPI is CUDA-aware."""
+    aware, source = _cuda._query_mpi()
+    return (["staged", "device"] if aware else ["staged"]), f"CUDA-aware MPI: {'yes' if aware else 'no'} ({source})"
+
+
+def _use(route, piece_bytes=None):
+    os.environ["STRAGGLAR_CUDA_AWARE"] = "1" if route == "device" else "0"
+    if piece_bytes:
+        os.environ["STRAGGLAR_CUDA_PIECE_BYTES"] = str(piece_bytes)
+    stragglar_mpi.configure()                 # settings are read once; read them again
+
+
+SIZES = [8 << (2 * k) for k in range(14)] + [256 << 20]   # 8 B .. 128 MiB by 4, then 256 MiB
+
+
 def check_allreduce():
     comm = MPI.COMM_WORLD
     n, rank = comm.Get_size(), comm.Get_rank()
-    os.environ["STRAGGLAR_CUDA_AWARE"] = "0"
-    stragglar_mpi.configure()                 # settings are read once; read them again
+    available, detected = routes()
+    if rank == 0:
+        print(detected)
     wrong = 0
-    for code, opname in CASES:
-        for count in (n + 5, 1001):
-            for in_place in (False, True):
-                wrong += not _one(comm, code, opname, count, in_place, "stragglar")
-    os.environ["STRAGGLAR_CUDA_PIECE_BYTES"] = str(1 << 20)
-    stragglar_mpi.configure()
-    t = time.perf_counter()
-    for algorithm in ("stragglar", "ring", "rhd", "direct", "native", "auto"):
-        wrong += not _one(comm, "f", "SUM", (1 << 22) + 3, False, algorithm)  # 17 pieces
-    big = time.perf_counter() - t
+    for route in available:
+        _use(route)
+        for code, opname in CASES:
+            for count in (n + 5, 1001):
+                for in_place in (False, True):
+                    wrong += not _one(comm, code, opname, count, in_place, "stragglar")
+        wrong += _sweep(comm, route)
     wrong = comm.allreduce(wrong)
     if rank == 0:
-        print(f"staged Allreduce, {n} ranks on one GPU: {len(CASES)} dtype x op cases, in place and not, "
-              f"{2 * len(CASES) * 2 + 6} calls; 6 x 16 MiB in {big:.2f} s; #wrong {wrong}")
+        print(f"Allreduce on {n} ranks sharing one GPU, routes {', '.join(available)}: "
+              f"{len(CASES)} dtype x op cases in place and not, sizes 8 B .. 256 MiB; #wrong {wrong}")
     return wrong == 0
+
+
+def _sweep(comm, route):
+    """float32 SUM from 8 B to 256 MiB, StragglAR, Ring and native: time and #wrong per size."""
+    rank, wrong = comm.Get_rank(), 0
+    if rank == 0:
+        print(f"route {route}: {'bytes':>10} {'algorithm':>10} {'ms':>9} {'#wrong':>7}")
+    for nbytes in SIZES:
+        for algorithm in ("stragglar", "ring", "native"):
+            count = nbytes // 4
+            comm.Barrier()
+            t = time.perf_counter()
+            ok = _one(comm, "f", "SUM", count, False, algorithm)
+            seconds = comm.allreduce(time.perf_counter() - t, op=MPI.MAX)
+            bad = comm.allreduce(int(not ok))
+            wrong += not ok
+            if rank == 0:
+                memory = stragglar_mpi.stats(comm)["last"].get("memory")
+                print(f"route {route}: {nbytes:>10} {algorithm:>10} {seconds * 1e3:>9.2f} {bad:>7}  ({memory})")
+    return wrong
 
 
 def _one(comm, code, opname, count, in_place, algorithm):

@@ -2,8 +2,10 @@
 # GPU check for a machine with a real GPU, in one command (about 2-4 minutes):
 #   1. every reduction kernel against MPI_Reduce_local, and the kernel's throughput
 #      at 64 MiB against the device's memory bandwidth (target: 70%);
-#   2. Allreduce of device arrays through the staged path at 2, 3 and 4 ranks sharing
-#      GPU 0, every dtype x op, in place and not.
+#   2. whether MPI is CUDA-aware (MPIX queries), then Allreduce of device arrays at 2, 3
+#      and 4 ranks sharing GPU 0, on the staged route and (CUDA-aware MPI only) on device
+#      pointers: every dtype x op in place and not, and float32 SUM from 8 B to 256 MiB
+#      (StragglAR, Ring, native) with its time and #wrong.
 # It uses the current Python if stragglar_mpi and numba.cuda import there; otherwise it
 # makes .venv-gpu and installs the repository into it with `pip install .[cuda]`.
 set -euo pipefail
@@ -19,7 +21,7 @@ if ! (cd "$here" && "$py" -c "import stragglar_mpi, numba.cuda") 2>/dev/null; th
 fi
 mpiexec="$(dirname "$(cd "$here" && "$py" -c 'import sys; print(sys.executable)')")/mpiexec"
 [ -x "$mpiexec" ] || mpiexec="$(command -v mpiexec)"
-export MPIR_CVAR_CH4_PROGRESS_THROTTLE=1 MPIEXEC_TIMEOUT=150 CUDA_VISIBLE_DEVICES="${CUDA_VISIBLE_DEVICES:-0}"
+export MPIR_CVAR_CH4_PROGRESS_THROTTLE=1 MPIEXEC_TIMEOUT=300 CUDA_VISIBLE_DEVICES="${CUDA_VISIBLE_DEVICES:-0}"
 cd "$here"
 "$py" -m stragglar_mpi info
 status=0

@@ -442,6 +442,43 @@ def test_missing_rank_with_device_buffers(comm, aware):
     assert_named(comm, late, err, waited, "phase 2")
 
 
+@pytest.mark.parametrize("aware", ["0", "1"])
+@pytest.mark.timeouts
+def test_missing_early_rank_with_device_buffers(comm, aware):
+    """An early rank never comes: with device buffers (CUDA-aware or staged) the others
+    raise in phase 1 (the straggler in phase 2) and the receive buffer stays untouched."""
+    timing_size(comm)
+    from numba import cuda
+    n, rank, late = comm.Get_size(), comm.Get_rank(), 1
+    recv = cuda.to_device(np.full(256, -1, np.float32))
+
+    def call(c):
+        Allreduce(c, cuda.to_device(np.ones(256, np.float32)), recv, algorithm="stragglar", straggler=n - 1)
+
+    with env(STRAGGLAR_CUDA_AWARE=aware, STRAGGLAR_CUDA_PIECE_BYTES=256):
+        c = comm.Dup()
+        call(c)                                     # set up, sub-communicator made
+        recv.copy_to_device(np.full(256, -1, np.float32))
+        comm.Barrier()
+        with env(STRAGGLAR_TIMEOUT=TIMEOUT):
+            if rank == late:
+                time.sleep(LATE)
+            t0 = time.monotonic()
+            try:
+                call(c)
+                err = None
+            except StragglerTimeout as exc:
+                err = exc
+            waited = time.monotonic() - t0
+        comm.Barrier()
+    assert_named(comm, late, err, waited, "phase 2" if rank == n - 1 else "phase 1")
+    if rank != late:
+        time.sleep(0.3)
+    untouched = np.all(recv.copy_to_host() == -1)
+    comm.Barrier()        # nobody leaves while others check (the launch ends without MPI_Finalize)
+    assert untouched or rank == late, "the receive buffer was written after the call raised"
+
+
 # --- mismatches without STRAGGLAR_VALIDATE ------------------------------------------------
 @pytest.mark.parametrize("algo", ["stragglar", "rhd", "ring", "direct"])
 @pytest.mark.timeouts

@@ -1,0 +1,99 @@
+"""The package has no import circle: every import between its modules, at module level
+or inside a function (a lazy import is a circle all the same), read from the sources
+(Python and Cython), forms an acyclic graph."""
+import ast
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGE = ROOT / "stragglar_mpi"
+CYTHON = ROOT / "cython_src"
+
+
+def module_name(path):
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def modules():
+    found = {module_name(p): p for p in PACKAGE.rglob("*.py")}
+    found.update({f"stragglar_mpi.{p.stem}": p for p in CYTHON.glob("*.pyx")})
+    return found
+
+
+def _base(name, path, level):
+    """The package that a relative import of ``level`` dots in module ``name`` starts from."""
+    parts = name.split(".")
+    if path.name != "__init__.py":
+        parts = parts[:-1]
+    return parts[:len(parts) - level + 1]
+
+
+def imports_of(name, path, known):
+    """The package's modules that ``name`` imports (not the packages that contain it)."""
+    text = path.read_text()
+    if path.suffix == ".pyx":   # the relative imports of a Cython file, by their Python form
+        text = "\n".join(m.group(0).strip() for m in re.finditer(r"^\s*from \.[\w.]* import [\w, ]+", text, re.M))
+    targets = set()
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, ast.ImportFrom):
+            parts = _base(name, path, node.level) if node.level else []
+            base = ".".join(parts + ([node.module] if node.module else []))
+            for alias in node.names:
+                full = f"{base}.{alias.name}"
+                targets.add(full if full in known else base)
+        elif isinstance(node, ast.Import):
+            targets.update(a.name for a in node.names)
+    enclosing = {".".join(name.split(".")[:k]) for k in range(1, name.count(".") + 1)}
+    return {t for t in targets if t in known and t != name and t not in enclosing}
+
+
+def graph():
+    known = modules()
+    return {name: imports_of(name, path, known) for name, path in known.items()}
+
+
+def find_cycle(edges):
+    """One cycle as a list of modules, or None."""
+    state, stack = {}, []
+
+    def visit(node):
+        state[node] = "open"
+        stack.append(node)
+        for nxt in sorted(edges.get(node, ())):
+            if state.get(nxt) == "open":
+                return stack[stack.index(nxt):] + [nxt]
+            if nxt not in state:
+                found = visit(nxt)
+                if found:
+                    return found
+        stack.pop()
+        state[node] = "done"
+        return None
+
+    for node in sorted(edges):
+        if node not in state:
+            found = visit(node)
+            if found:
+                return found
+    return None
+
+
+def test_the_package_has_no_import_circle():
+    edges = graph()
+    assert len(edges) > 20 and edges["stragglar_mpi._allreduce"], "the graph was not read"
+    cycle = find_cycle(edges)
+    assert cycle is None, "import circle: " + " -> ".join(cycle)
+
+
+def test_the_checker_finds_a_circle():
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b"}, "b": set()}) is None
+
+
+def test_lazy_and_cython_imports_count():
+    edges = graph()
+    assert "stragglar_mpi._errors" in edges["stragglar_mpi._p2p"]        # inside a cdef function
+    assert "stragglar_mpi._arrival" in edges["stragglar_mpi._state"]     # inside a method
+    assert "stragglar_mpi._device" in edges["stragglar_mpi._allreduce"]
+    assert "stragglar_mpi._allreduce" not in edges["stragglar_mpi._device"]
