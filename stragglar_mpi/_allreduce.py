@@ -93,9 +93,12 @@ def _run(comm, state, args, settings, t_call, deadline):
     if name != "native" or deadline:
         name, straggler = _roles(state, name, args.policy, args.out.count * args.out.extent,
                                  args.n, tracked=bool(deadline), deadline=deadline)
-    if name == "hierarchical" and (args.route == "device"
-                                   or not _hierarchical.applies(state.topology, straggler)):
-        name = "stragglar"     # one node, a rank per node, S alone on its node, device pointers: flat
+    if name == "hierarchical" and not _hierarchical.applies(state.topology, straggler):
+        name = "stragglar"     # one node, a rank per node, S alone on its node: flat
+    if name == "hierarchical" and args.route == "device":
+        # Its phase 1 folds with MPI_Reduce_local in host scratch: device pointers are
+        # staged, so that every rank runs the same algorithm whatever its memory.
+        args = args.via("staged")
     transport = None if name == "native" else _transport.name(settings)
     t_p1, first = _execute(comm, state, name, straggler, args, transport, deadline)
     t_end = MPI.Wtime()

@@ -126,3 +126,30 @@ def test_auto_takes_a_straggler_aware_algorithm_across_nodes(setenv):
     assert ran[-1] in ("hierarchical", "stragglar"), ran
     if len(topo.nodes) == 2 and len(topo.node(n - 1)) >= 4:
         assert ran[-2:] == ["hierarchical"] * 2, ran
+
+
+@pytest.mark.parametrize("aware", ["1", "0"])
+def test_device_and_host_ranks_in_one_hierarchical_call(laid_out, setenv, aware):
+    # Even ranks pass device arrays (Numba's simulator here), odd ranks host arrays: every
+    # rank must run the same algorithm whatever its memory (device pointers are staged
+    # for hierarchical), with the straggler on each node in turn.
+    cuda = pytest.importorskip("numba.cuda")
+    if not cuda.is_available():
+        pytest.skip("no CUDA device and no simulator")
+    setenv(STRAGGLAR_CUDA_AWARE=aware)
+    comm = laid_out
+    n, rank = comm.Get_size(), comm.Get_rank()
+    for straggler in sorted({0, n // 2, n - 1}):
+        send = contribution(rank, n, 2 * n + 5, "d", "SUM")
+        if rank % 2 == 0:
+            out = cuda.to_device(np.zeros_like(send))
+            Allreduce(comm, cuda.to_device(send), out, MPI.SUM, straggler=straggler, algorithm="hierarchical")
+            got = out.copy_to_host()
+        else:
+            got = np.zeros_like(send)
+            Allreduce(comm, send, got, MPI.SUM, straggler=straggler, algorithm="hierarchical")
+        np.testing.assert_array_equal(got, expected(n, send.size, "d", "SUM"))
+        ran = comm.allgather(stats(comm)["last"].get("algorithm"))
+        assert len(set(ran)) == 1, ran
+        if n > 1:
+            assert ran[0] == ("hierarchical" if _hierarchical_here(comm, straggler) else "stragglar")
