@@ -6,15 +6,15 @@ simulator's "device" memory is host memory, so any MPI can carry it).  Every
 result must equal, byte for byte, what the host path gives for the same input.
 """
 import re
-import threading
 
 import numpy as np
 import pytest
 from mpi4py import MPI
 
 from stragglar_mpi import Allreduce, stats
-from stragglar_mpi import _buffers, _cuda, _device, _kernels
+from stragglar_mpi import _buffers, _cuda, _kernels
 from test_allreduce import CASES, contribution, expected, mpi_maps
+from test_reliability import in_threads
 
 cuda = pytest.importorskip("numba.cuda")
 if not cuda.is_available():
@@ -274,11 +274,7 @@ def test_threads_on_two_communicators(comm, path, setenv, memories):
         except Exception as exc:   # surfaced below on the main thread
             errors.append(repr(exc))
 
-    threads = [threading.Thread(target=worker, args=(k, c, m)) for k, (c, m) in enumerate(zip(comms, memories))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    in_threads(worker, [(k, c, m) for k, (c, m) in enumerate(zip(comms, memories))])
     for c in comms:
         c.Free()
     assert not errors

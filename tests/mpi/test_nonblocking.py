@@ -2,34 +2,16 @@
 Cancel and Free, mpi4py's Waitall over a mix, errors and timeouts.
 
 Expected values come from formulas, so every test passes at any world size."""
-import os
 import random
 import time
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack
 
 import numpy as np
 import pytest
 from mpi4py import MPI
 
-from stragglar_mpi import (Allreduce, Allreduce_init, Comm, Iallreduce, StragglerTimeout,
-                           configure, stats)
-
-
-@contextmanager
-def env(**values):
-    """Settings changed for a block: the environment, then ``configure()`` on every rank."""
-    old = {k: os.environ.get(k) for k in values}
-    os.environ.update({k: str(v) for k, v in values.items()})
-    configure()
-    try:
-        yield
-    finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-        configure()
+from stragglar_mpi import Allreduce, Allreduce_init, Comm, Iallreduce, StragglerTimeout, stats
+from test_reliability import env
 
 
 def total(comm, f):

@@ -130,14 +130,19 @@ def test_threads_on_different_communicators(comm):
         except Exception as exc:   # surfaced below on the main thread
             errors.append(exc)
 
-    threads = [threading.Thread(target=worker, args=(k, c)) for k, c in enumerate(comms)]
+    in_threads(worker, list(enumerate(comms)))
+    for c in comms:
+        c.Free()
+    assert not errors
+
+
+def in_threads(target, argsets):
+    """``target(*args)`` for each of ``argsets``, each in its own thread, all joined."""
+    threads = [threading.Thread(target=target, args=args) for args in argsets]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    for c in comms:
-        c.Free()
-    assert not errors
 
 
 def test_short_soak_keeps_state_bounded(comm):
@@ -215,7 +220,12 @@ def timing_size(comm):
 def late_call(comm, late, call, **settings):
     """``call(c)`` on a fresh Dup with STRAGGLAR_TIMEOUT, ``late`` sleeping LATE s first;
     (error or None, seconds waited).  Every rank then meets at a Barrier."""
-    c = comm.Dup()
+    return timed_call(comm, late, comm.Dup(), call, **settings)
+
+
+def timed_call(comm, late, c, call, **settings):
+    """``call(c)`` with STRAGGLAR_TIMEOUT, ``late`` sleeping LATE s first; (error or None,
+    seconds waited).  Every rank then meets at a Barrier."""
     try:
         with env(STRAGGLAR_TIMEOUT=TIMEOUT, **settings):
             if comm.Get_rank() == late:
@@ -428,17 +438,7 @@ def test_missing_rank_with_device_buffers(comm, aware):
         call(c)                                     # now set up; then phase 2 times out
         recv.copy_to_device(np.full(256, -1, np.float32))
         comm.Barrier()
-        with env(STRAGGLAR_TIMEOUT=TIMEOUT):
-            if comm.Get_rank() == late:
-                time.sleep(LATE)
-            t0 = time.monotonic()
-            try:
-                call(c)
-                err = None
-            except StragglerTimeout as exc:
-                err = exc
-            waited = time.monotonic() - t0
-        comm.Barrier()
+        err, waited = timed_call(comm, late, c, call)
     assert_named(comm, late, err, waited, "phase 2")
 
 
@@ -460,17 +460,7 @@ def test_missing_early_rank_with_device_buffers(comm, aware):
         call(c)                                     # set up, sub-communicator made
         recv.copy_to_device(np.full(256, -1, np.float32))
         comm.Barrier()
-        with env(STRAGGLAR_TIMEOUT=TIMEOUT):
-            if rank == late:
-                time.sleep(LATE)
-            t0 = time.monotonic()
-            try:
-                call(c)
-                err = None
-            except StragglerTimeout as exc:
-                err = exc
-            waited = time.monotonic() - t0
-        comm.Barrier()
+        err, waited = timed_call(comm, late, c, call)
     assert_named(comm, late, err, waited, "phase 2" if rank == n - 1 else "phase 1")
     if rank != late:
         time.sleep(0.3)
