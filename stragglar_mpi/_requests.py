@@ -248,6 +248,14 @@ class Prequest(_Ops, MPI.Prequest):
             MPI.Request.Free(self)        # its generalized request once the thread completes it
 
 
+#: Open MPI's MPI_Comm_idup posts the later steps of its context-id agreement as it
+#: progresses, so they can meet a collective the caller started on the same communicator
+#: after it (open-mpi/ompi#2025; seen here as MPI_ERR_TRUNCATE in a native Iallreduce and a
+#: hang).  There a lane's first operation completes the Idup before it returns: it waits
+#: until every rank has made that call.
+_IDUP_INTERFERES = MPI.get_vendor()[0] == "Open MPI"
+
+
 class _Progress:
     """A lane: a shadow of the communicator and the thread that runs the lane's operations."""
 
@@ -262,6 +270,9 @@ class _Progress:
                                         name="stragglar_mpi progress")
         self._thread.start()
         _LIVE.add(self)
+        if _IDUP_INTERFERES:
+            self.join()      # before the caller can start another collective on ``comm``
+
 
     def submit(self, call):
         with self._cond:
