@@ -24,9 +24,8 @@ microsecond of CPU here is several of wall time on an oversubscribed node.
 """
 from cpython.buffer cimport (PyObject_GetBuffer, PyBuffer_Release, PyBUF_ANY_CONTIGUOUS,
                              PyBUF_FORMAT, PyBUF_WRITABLE)
-from cpython.list cimport PyList_GET_SIZE, PyList_GET_ITEM
 from cpython.object cimport PyObject
-from cpython.tuple cimport PyTuple_GET_SIZE, PyTuple_GET_ITEM
+from cpython.sequence cimport PySequence_Fast_GET_ITEM, PySequence_Fast_GET_SIZE
 from libc.string cimport memcpy, strcmp, strlen
 from mpi4py cimport MPI
 from mpi4py.libmpi cimport (MPI_Comm, MPI_Comm_get_attr, MPI_Count, MPI_Datatype,
@@ -113,35 +112,34 @@ cdef inline bint _datatype_item(object x, Form *f):
 cdef inline bint _count_item(object x, Form *f):
     """``count`` or ``(count, displ)``."""
     cdef object c, d
-    if PyTuple_CheckExact(x) and PyTuple_GET_SIZE(x) == 2:
-        c, d = <object>PyTuple_GET_ITEM(x, 0), <object>PyTuple_GET_ITEM(x, 1)
-    elif PyList_CheckExact(x) and PyList_GET_SIZE(x) == 2:
-        c, d = <object>PyList_GET_ITEM(x, 0), <object>PyList_GET_ITEM(x, 1)
+    if _list_or_tuple(x) and PySequence_Fast_GET_SIZE(x) == 2:
+        c, d = _item(x, 0), _item(x, 1)
     else:
         return _int_item(x, &f.count)
     return _int_item(c, &f.count) and _int_item(d, &f.displ)
+
+
+cdef inline bint _list_or_tuple(object x):
+    return PyList_CheckExact(x) or PyTuple_CheckExact(x)
+
+
+cdef inline object _item(object seq, Py_ssize_t i):
+    """Item ``i`` of an exact list or tuple (borrowed, then owned by the caller)."""
+    return <object>PySequence_Fast_GET_ITEM(seq, i)
 
 
 cdef object _listed(object spec, Form *f):
     """Fill ``f`` from a list/tuple spec; its buffer object, or None if it is not one
     this file reads."""
     cdef Py_ssize_t n
-    if PyList_CheckExact(spec):
-        n = PyList_GET_SIZE(spec)
-        if n < 2 or n > 4:
-            return None
-        x0, x1 = <object>PyList_GET_ITEM(spec, 0), <object>PyList_GET_ITEM(spec, 1)
-        x2 = <object>PyList_GET_ITEM(spec, 2) if n > 2 else None
-        x3 = <object>PyList_GET_ITEM(spec, 3) if n > 3 else None
-    elif PyTuple_CheckExact(spec):
-        n = PyTuple_GET_SIZE(spec)
-        if n < 2 or n > 4:
-            return None
-        x0, x1 = <object>PyTuple_GET_ITEM(spec, 0), <object>PyTuple_GET_ITEM(spec, 1)
-        x2 = <object>PyTuple_GET_ITEM(spec, 2) if n > 2 else None
-        x3 = <object>PyTuple_GET_ITEM(spec, 3) if n > 3 else None
-    else:
+    if not _list_or_tuple(spec):
         return None
+    n = PySequence_Fast_GET_SIZE(spec)       # exact lists and tuples: no copy, no check
+    if n < 2 or n > 4:
+        return None
+    x0, x1 = _item(spec, 0), _item(spec, 1)
+    x2 = _item(spec, 2) if n > 2 else None
+    x3 = _item(spec, 3) if n > 3 else None
     f.shape = LISTED + 8 * n
     if n == 2:
         ok = _datatype_item(x1, f) or _count_item(x1, f)
@@ -169,7 +167,7 @@ cdef bint read_form(object spec, bint writable, Form *f, Py_buffer *view):
     cdef object obj = spec
     cdef int flags = PyBUF_ANY_CONTIGUOUS
     _clear(f, BARE)
-    if PyList_CheckExact(spec) or PyTuple_CheckExact(spec):
+    if _list_or_tuple(spec):
         obj = _listed(spec, f)
     if obj is None or type(obj) is _BottomType:
         return False
@@ -339,7 +337,7 @@ cdef object _bound(Binding b, object sendbuf, object recvbuf, Form *send, Form *
 
 
 cdef inline object _obj(object spec):
-    if PyList_CheckExact(spec) or PyTuple_CheckExact(spec):
+    if _list_or_tuple(spec):
         return spec[0]
     return spec
 
