@@ -38,7 +38,8 @@ from . import _allreduce, _config, _cuda
 from ._args import check
 from ._device import is_device_call
 from ._errors import Mismatch, StragglerTimeout
-from ._transport import cancel as _keep_pending, unanswered, wait as _wait_for
+from ._state import absent
+from ._transport import cancel as _keep_pending, wait as _wait_for
 
 try:
     from ._handle import adopt
@@ -315,7 +316,8 @@ class _Progress:
             return
         timeout = _config.current().timeout
         deadline = MPI.Wtime() + timeout if timeout else 0.0
-        missing = _presence(self._comm, deadline) if deadline else []
+        # first call only: tag TAG_UB - 2, on the caller's communicator
+        missing = absent(self._comm, deadline, MPI.COMM_WORLD.Get_attr(MPI.TAG_UB) - 2) if deadline else []
         if missing or not _wait_for([self._joining], deadline):
             _keep_pending([], self.shadow, self._joining)    # MPI may complete the Idup later
             who = (f"rank(s) {', '.join(map(str, missing))} did not arrive" if missing else
@@ -328,21 +330,6 @@ class _Progress:
         self._comm = None
         self.joined = True
         self.shadow.Set_name(f"{self.shadow.Get_name()} (stragglar_mpi nonblocking)")
-
-
-def _presence(comm, deadline):
-    """The ranks of ``comm`` not in their first nonblocking call by ``deadline``: a zero-byte
-    message from every rank to every other (on ``comm``, tag TAG_UB - 2, first call only)."""
-    rank, n = comm.Get_rank(), comm.Get_size()
-    tag, empty = MPI.COMM_WORLD.Get_attr(MPI.TAG_UB) - 2, bytearray(0)
-    others = [r for r in range(n) if r != rank]
-    recvs = [comm.Irecv([bytearray(0), MPI.BYTE], r, tag) for r in others]
-    sends = [comm.Isend([empty, MPI.BYTE], r, tag) for r in others]
-    if _wait_for(recvs + sends, deadline):
-        return []
-    missing = [r for r, live in zip(others, unanswered(recvs)) if live]
-    _keep_pending(recvs + sends, empty)
-    return missing
 
 
 #: Lanes per communicator: operations that may run at once (each lane costs a duplicate,

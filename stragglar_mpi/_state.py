@@ -189,15 +189,24 @@ class State:
 def _presence(comm, deadline):
     """Wait until every member of ``comm`` has entered the setup; Pending names those
     that have not by ``deadline``."""
+    missing = absent(comm, deadline, _tag())
+    if missing:
+        raise Pending(missing, _SETUP, missing=missing)
+
+
+def absent(comm, deadline, tag):
+    """The members of ``comm`` that have not sent their zero-byte presence message (on
+    ``comm``, ``tag``) by ``deadline``; [] once every one has."""
     rank, n = comm.Get_rank(), comm.Get_size()
-    tag, empty = _tag(), bytearray(0)
+    empty = bytearray(0)
     others = [r for r in range(n) if r != rank]
     recvs = [comm.Irecv([bytearray(0), MPI.BYTE], r, tag) for r in others]
     sends = [comm.Isend([empty, MPI.BYTE], r, tag) for r in others]
-    if not wait(recvs + sends, deadline):
-        missing = [r for r, live in zip(others, unanswered(recvs)) if live]
-        cancel(recvs + sends, empty)
-        raise Pending(missing, _SETUP, missing=missing)
+    if wait(recvs + sends, deadline):
+        return []
+    missing = [r for r, live in zip(others, unanswered(recvs)) if live]
+    cancel(recvs + sends, empty)
+    return missing
 
 
 def _tag():
