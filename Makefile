@@ -48,7 +48,7 @@ endif
 install: $(VENV)/.installed
 
 demo: $(VENV)/.installed
-	cd tests && PATH="$(abspath $(VENV))/bin:$$PATH" $(MPIEXEC) -n $(NP) $(abspath $(PY)) -m stragglar_mpi.demo
+	cd tests && PATH="$(abspath $(VENV))/bin:$$PATH" $(MPIEXEC) -n $(NP) $(abspath $(PY)) -m stragglar_mpi.bench.demo
 
 test: $(VENV)/.installed
 	cd tests && PATH="$(abspath $(VENV))/bin:$$PATH" $(abspath $(PY)) -m pytest -ra $(PYTEST_ARGS)

@@ -49,9 +49,9 @@ def extensions(flags):
     from Cython.Build import cythonize
 
     flags["include_dirs"][:0] = [mpi4py.get_include(), "cython_src"]   # cython_src: mpi_compat.h
-    exts = [Extension(f"stragglar_mpi.{name}", [f"cython_src/{name}.pyx"],
+    exts = [Extension(f"stragglar_mpi.{name}", [f"cython_src/{name.split('.')[1]}.pyx"],
                       depends=["cython_src/mpi_compat.h"], **flags)
-            for name in ("_p2p", "_bind", "_handle")]
+            for name in ("run._interpreter", "call._entry")]
     return cythonize(exts, compiler_directives={"language_level": 3}, quiet=True)
 
 

@@ -13,12 +13,12 @@
 # the compiled transport links against.
 from mpi4py import MPI  # noqa: F401
 
-from ._allreduce import Allreduce
-from ._requests import Allreduce_init, Iallreduce, stats
-from ._comm import Comm
-from ._config import configure
-from ._report import report
-from ._errors import StragglerTimeout
+from .call.allreduce import Allreduce
+from .call.requests import Allreduce_init, Iallreduce, stats
+from .call.comm import Comm
+from .core.config import configure
+from .call.report import report
+from .core.errors import StragglerTimeout
 from ._version import __version__
 from .schedule import Schedule, ScheduleError, synthesize, verify
 

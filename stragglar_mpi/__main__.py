@@ -10,7 +10,10 @@ def info() -> dict:
     import mpi4py
     from mpi4py import MPI
 
-    from . import _allreduce, _features, _transport, __version__
+    from . import __version__
+    from .call import allreduce as _allreduce
+    from .core import features as _features
+    from .run import transport as _transport
 
     lib = MPI.Get_library_version().replace("\0", "").strip().splitlines()
     return {
@@ -41,7 +44,7 @@ def _mpi_features(features, p2p) -> str:
 
 def _cuda_info() -> dict:
     try:
-        from . import _cuda
+        from .memory import cuda as _cuda
     except ImportError:
         return {"CUDA": "not available (install the [cuda] extra)"}
     return _cuda.info()
@@ -53,7 +56,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m stragglar_mpi",
         description="StragglAR AllReduce for MPI. Commands: info (what this installation runs on). "
-                    "Benchmarks: python -m stragglar_mpi.bench; demo: mpiexec -n 4 python -m stragglar_mpi.demo; "
+                    "Benchmarks: python -m stragglar_mpi.bench; demo: mpiexec -n 4 python -m stragglar_mpi.bench.demo; "
                     "schedules: python -m stragglar_mpi.schedule.")
     parser.add_argument("--version", action="version", version=f"stragglar_mpi {__version__}")
     parser.add_argument("command", nargs="?", default="info", choices=["info"])

@@ -13,8 +13,8 @@ import numpy as np
 from mpi4py import MPI
 
 from .. import Allreduce, __version__
-from .._config import current as current_settings
-from .._transport import name as transport_name
+from ..core.config import current as current_settings
+from ..run.transport import name as transport_name
 from . import _clock, _data, _model, _report, _run
 
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}

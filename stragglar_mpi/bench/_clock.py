@@ -1,4 +1,4 @@
 """A clock common to all ranks (the library's own estimate, shared with the bench)."""
-from .._clock import offsets
+from ..decide.clock import offsets
 
 __all__ = ["offsets"]

@@ -20,8 +20,9 @@ import time
 import numpy as np
 from mpi4py import MPI
 
-from .. import Allreduce, _transport, configure
-from .._plan import RECV
+from .. import Allreduce, configure
+from ..run import transport as _transport
+from ..run.plan import RECV
 from . import _clock
 from ._cli import _at_least, parse_delay, parse_size
 

@@ -17,7 +17,8 @@ from numba import cuda
 
 import stragglar_mpi
 from stragglar_mpi import Allreduce
-from stragglar_mpi import _cuda, _kernels
+from stragglar_mpi.memory import cuda as _cuda
+from stragglar_mpi.memory import kernels as _kernels
 
 INTS, FLOATS, COMPLEX = "bBhHiIlLqQ", "efd", "FD"
 CASES = ([(c, op) for c in INTS + FLOATS for op in ("SUM", "PROD", "MAX", "MIN")]

@@ -14,7 +14,7 @@ import pytest
 from mpi4py import MPI
 
 from stragglar_mpi import Allreduce, stats
-from stragglar_mpi._state import state_of
+from stragglar_mpi.core.state import state_of
 
 COUNT = 1 << 20                  # 4 MiB of float32: "auto" looks at arrivals from here up
 DELAY = 0.03                     # enough to hide phase 1 in the default cost model

@@ -12,7 +12,7 @@ import pytest
 from mpi4py import MPI
 
 from stragglar_mpi import Allreduce, Comm, configure, stats
-from stragglar_mpi._state import peek
+from stragglar_mpi.core.state import peek
 
 ALGOS = ["stragglar", "ring", "native", "auto"]
 
@@ -151,7 +151,7 @@ def test_comm_allreduce_shares_the_bindings(comm):
 
 
 def test_a_native_hit_runs_compiled_and_counts(comm, monkeypatch, setenv):
-    from stragglar_mpi import _allreduce
+    from stragglar_mpi.call import allreduce as _allreduce
     c = comm.Dup()
     try:
         send, recv = filled(c, 100), np.empty(100, np.float32)

@@ -148,7 +148,7 @@ def _native_persistent(comm):
 
 
 def test_cancel_of_a_queued_operation(comm):
-    from stragglar_mpi import _requests
+    from stragglar_mpi.call import requests as _requests
     buf = np.full(100, 5.0)
     for _ in range(_requests.LANES):                           # sets every lane up
         Iallreduce(comm, MPI.IN_PLACE, np.ones(10)).Wait()

@@ -7,8 +7,8 @@ import pytest
 from mpi4py import MPI
 
 from stragglar_mpi import Allreduce, stats
-from stragglar_mpi._arrival import _TAG_DECISION, coordinator
-from stragglar_mpi._state import state_of
+from stragglar_mpi.decide.arrival import _TAG_DECISION, coordinator
+from stragglar_mpi.core.state import state_of
 
 
 def fill(rank, it, count):

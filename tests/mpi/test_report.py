@@ -5,7 +5,7 @@ import time
 import numpy as np
 
 from stragglar_mpi import Allreduce, report
-from stragglar_mpi._state import peek
+from stragglar_mpi.core.state import peek
 
 
 def rows(text):

@@ -5,7 +5,8 @@ import pytest
 from mpi4py import MPI
 
 import stragglar_mpi
-from stragglar_mpi import _allreduce, _transport
+from stragglar_mpi.call import allreduce as _allreduce
+from stragglar_mpi.run import transport as _transport
 
 
 def test_installed_package_loads_the_compiled_extensions():

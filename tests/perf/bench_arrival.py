@@ -16,8 +16,8 @@ import time
 
 from mpi4py import MPI
 
-from stragglar_mpi import _allreduce
-from stragglar_mpi._state import state_of
+from stragglar_mpi.call import allreduce as _allreduce
+from stragglar_mpi.core.state import state_of
 
 
 def nodes(comm):

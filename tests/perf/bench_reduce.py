@@ -12,7 +12,7 @@ import time
 import numpy as np
 from mpi4py import MPI
 
-from stragglar_mpi import _p2p
+from stragglar_mpi.run import _interpreter as _p2p
 
 
 def best(fn, reps):

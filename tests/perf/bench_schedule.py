@@ -12,7 +12,7 @@ import sys
 import time
 import tracemalloc
 
-from stragglar_mpi._plan import compile_rounds
+from stragglar_mpi.run.plan import compile_rounds
 from stragglar_mpi.schedule import lower_bound_rounds, rank_view, stragglar, synthesize, verify
 from stragglar_mpi.schedule.__main__ import main as cli, parse_ns
 

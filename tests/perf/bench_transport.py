@@ -17,8 +17,9 @@ import statistics
 import numpy as np
 from mpi4py import MPI
 
-from stragglar_mpi import _transport, configure
-from stragglar_mpi.demo import one_call
+from stragglar_mpi import configure
+from stragglar_mpi.run import transport as _transport
+from stragglar_mpi.bench.demo import one_call
 
 SIZES = [8, 4 << 10, 64 << 10, 1 << 20, 16 << 20]
 VARIANTS = [("native", None), ("stragglar", "python"), ("stragglar", "cython")]

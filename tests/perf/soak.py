@@ -16,9 +16,10 @@ import numpy as np
 from mpi4py import MPI
 
 from stragglar_mpi import Allreduce, stats
-from stragglar_mpi import _allreduce, _state
-from stragglar_mpi._state import state_of
-from stragglar_mpi.demo import parse_size
+from stragglar_mpi.call import allreduce as _allreduce
+from stragglar_mpi.core import state as _state
+from stragglar_mpi.core.state import state_of
+from stragglar_mpi.bench.demo import parse_size
 
 CODES = ["f", "d", "i", "q", "b", "B", "h"]
 OPS = [MPI.SUM, MPI.MAX, MPI.MIN, MPI.BXOR, MPI.PROD]

@@ -41,7 +41,7 @@ def test_bandwidth_units_bits_and_bytes():
     assert parse_bandwidth("100Gbps") == 12.5e9
 
 
-@pytest.mark.parametrize("module", ["stragglar_mpi", "stragglar_mpi.schedule", "stragglar_mpi.demo",
+@pytest.mark.parametrize("module", ["stragglar_mpi", "stragglar_mpi.schedule", "stragglar_mpi.bench.demo",
                                     "stragglar_mpi.bench", "stragglar_mpi.bench.rounds"])
 def test_help(module):
     proc = run([sys.executable, "-m", module, "--help"])
@@ -55,7 +55,7 @@ def test_schedule_subcommand_help(command):
 
 
 @pytest.mark.parametrize("cmd, words", [
-    ([sys.executable, "-m", "stragglar_mpi.demo", "--iters", "0"], "--iters must be at least 1"),
+    ([sys.executable, "-m", "stragglar_mpi.bench.demo", "--iters", "0"], "--iters must be at least 1"),
     ([sys.executable, str(ROOT / "examples" / "train_mlp.py"), "--steps", "0"], "at least 1"),
     ([sys.executable, str(ROOT / "examples" / "train_mlp.py"), "--slow-rank", "7"], "not a rank of 1"),
     ([sys.executable, str(ROOT / "examples" / "drop_in.py"), "--iters", "0"], "at least 1"),

@@ -3,7 +3,7 @@ from pathlib import Path
 
 import pytest
 
-from stragglar_mpi import _config
+from stragglar_mpi.core import config as _config
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 

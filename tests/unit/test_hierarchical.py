@@ -123,9 +123,9 @@ def test_simulate_command_with_two_tiers(capsys):
 
 
 def test_auto_across_nodes_follows_the_two_tier_model(monkeypatch):
-    from stragglar_mpi._arrival import Arrival
-    from stragglar_mpi._policy import auto_algorithm
-    from stragglar_mpi._topology import Links, Topology
+    from stragglar_mpi.decide.arrival import Arrival
+    from stragglar_mpi.decide.policy import auto_algorithm
+    from stragglar_mpi.decide.topology import Links, Topology
     monkeypatch.delenv("STRAGGLAR_MODEL", raising=False)
     nodes = cyclic(2, 4)
     topo = Topology(nodes, tuple(node_of(nodes)[r] for r in range(8)))

@@ -19,7 +19,8 @@ cuda = pytest.importorskip("numba.cuda")
 
 from mpi4py import MPI  # noqa: E402
 
-from stragglar_mpi import _cuda, _kernels  # noqa: E402
+from stragglar_mpi.memory import cuda as _cuda
+from stragglar_mpi.memory import kernels as _kernels  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 PAIRS = [(dt, name) for name, (_, dts) in _kernels.OPS.items() for dt in dts]
@@ -72,7 +73,7 @@ def test_supported_pairs():
 
 PTX = """
 from numba import cuda
-from stragglar_mpi import _kernels
+from stragglar_mpi.memory import kernels as _kernels
 import numpy as np
 for dtype, name in {pairs!r}:
     ptx, _ = cuda.compile_ptx(_kernels.make(name), _kernels.signature(np.dtype(dtype)), cc=(9, 0))

@@ -6,7 +6,7 @@ order) for many n without starting MPI processes.
 import numpy as np
 import pytest
 
-from stragglar_mpi._plan import (
+from stragglar_mpi.run.plan import (
     COPY, IN, OUT, RECV, REDUCE, SCRATCH, SEND, compile_plan, compile_rounds)
 from stragglar_mpi.schedule import PHASE1, build, chunk_bounds, rank_view
 

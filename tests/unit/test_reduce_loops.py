@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from mpi4py import MPI
 
-_p2p = pytest.importorskip("stragglar_mpi._p2p", reason="compiled transport not built")
+_p2p = pytest.importorskip("stragglar_mpi.run._interpreter", reason="compiled transport not built")
 
 SPECIALS = "MPICH" in MPI.Get_library_version()
 TYPES = [("f", MPI.FLOAT), ("d", MPI.DOUBLE), ("i", MPI.INT32_T), ("q", MPI.INT64_T), ("l", MPI.LONG)]

@@ -1,9 +1,9 @@
 """When "auto" records arrivals: pairs that thin out while native wins, every call once a delay pays."""
 from types import SimpleNamespace
 
-from stragglar_mpi import _allreduce
-from stragglar_mpi._arrival import Arrival
-from stragglar_mpi._policy import SAMPLE_MAX
+from stragglar_mpi.call import allreduce as _allreduce
+from stragglar_mpi.decide.arrival import Arrival
+from stragglar_mpi.decide.policy import SAMPLE_MAX
 
 N, NBYTES = 8, 64 << 20
 QUIET = Arrival(tuple(range(N)), (0.0,) * N)

@@ -45,8 +45,8 @@ def test_command_line(capsys):
 
 
 def test_the_straggler_copies_in_chunk_by_chunk_and_out_as_chunks_finish():
-    from stragglar_mpi._plan import compile_rounds
-    from stragglar_mpi._staged import _reads_and_last_writes
+    from stragglar_mpi.run.plan import compile_rounds
+    from stragglar_mpi.run.staged import _reads_and_last_writes
     from stragglar_mpi.schedule import chunk_bounds
     n, count, extent = 8, 7 * 100, 8
     chunks, rounds = rank_view("stragglar", n, n - 1, n - 1)

@@ -17,10 +17,10 @@ from functools import lru_cache
 import numpy as np
 from mpi4py import MPI
 
-from . import _transport
-from ._plan import compile_plan
-from .schedule import chunk_bounds, verify
-from .schedule.hierarchical import hierarchical
+from . import transport as _transport
+from .plan import compile_plan
+from ..schedule import chunk_bounds, verify
+from ..schedule.hierarchical import hierarchical
 
 _TAG_ACROSS = 32767     # phase-2 rounds use tags 0..32766
 

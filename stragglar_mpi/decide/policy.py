@@ -8,8 +8,8 @@ from __future__ import annotations
 import math
 from collections import Counter
 
-from . import _config
-from .schedule.tiers import costs
+from ..core import config as _config
+from ..schedule.tiers import costs
 
 POLICIES = ("arrival", "predict")
 WINDOW = 8          # calls of history that a decision looks at

@@ -19,7 +19,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from . import _config
+from ..core import config as _config
 
 _HOST_TYPES = (np.ndarray, bytes, bytearray, memoryview)
 _DL_CUDA, _DL_CUDA_HOST, _DL_CUDA_MANAGED = 2, 3, 13

@@ -14,12 +14,13 @@ import warnings
 
 from mpi4py import MPI
 
-from . import _config, _features
-from ._errors import Mismatch, Pending, size_message
-from ._plan import COPY, RECV, REDUCE, SEND
+from ..core import config as _config
+from ..core import features as _features
+from ..core.errors import Mismatch, Pending, size_message
+from .plan import COPY, RECV, REDUCE, SEND
 
 try:
-    from . import _p2p
+    from . import _interpreter as _p2p
 except ImportError as exc:  # a source checkout without the build
     _p2p = None
     _IMPORT_ERROR = exc

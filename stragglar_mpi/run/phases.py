@@ -10,10 +10,10 @@ from functools import lru_cache
 
 from mpi4py import MPI
 
-from . import _transport
-from ._errors import Pending
-from ._plan import compile_rounds
-from .schedule import PHASE1, rank_view
+from . import transport as _transport
+from ..core.errors import Pending
+from .plan import compile_rounds
+from ..schedule import PHASE1, rank_view
 
 _ORDERED_FLOAT_OPS = {MPI.MAX.handle, MPI.MIN.handle}
 

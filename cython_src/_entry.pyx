@@ -1,5 +1,6 @@
 # cython: language_level=3, boundscheck=False, wraparound=False
-"""bind: the compiled entry of ``Allreduce`` and ``Comm.Allreduce``.
+"""The call room's compiled part: the entry of ``Allreduce`` and ``Comm.Allreduce``, and
+``adopt`` for persistent requests.
 
 A call's buffer specs are read here without Python work: for each, how it is
 written (a bare buffer, ``[buf, dt]``, ``[buf, count, dt]``, ``[buf, (count,
@@ -411,3 +412,13 @@ def Allreduce(comm, sendbuf, recvbuf, op=_SUM, *, straggler=None, algorithm=None
 def comm_allreduce(self, sendbuf, recvbuf, op=_SUM):
     _call(self, sendbuf, recvbuf, op, None, None)
 
+
+
+def adopt(MPI.Request target, MPI.Request source):
+    """``target`` takes ``source``'s handle (``source`` keeps a copy; MPI frees it once).
+
+    The one thing mpi4py has no Python call for: a persistent request is a new
+    generalized request on every Start, and the object the caller holds takes its
+    handle, so that mpi4py's ``Request.Waitall``, ``Testall`` ... see the operation in
+    flight (call/requests.py)."""
+    target.ob_mpi = source.ob_mpi

@@ -26,7 +26,7 @@ import sys
 
 from mpi4py import MPI
 
-from . import _cuda
+from . import cuda as _cuda
 
 _BYTE_FORMAT = "B"
 

@@ -34,15 +34,17 @@ from collections import Counter, deque
 
 from mpi4py import MPI
 
-from . import _allreduce, _config, _cuda
-from ._args import check
-from ._device import is_device_call
-from ._errors import Mismatch, StragglerTimeout
-from ._state import absent
-from ._transport import cancel as _keep_pending, wait as _wait_for
+from . import allreduce as _allreduce
+from ..core import config as _config
+from ..memory import cuda as _cuda
+from ..bind.args import check
+from ..memory.device import is_device_call
+from ..core.errors import Mismatch, StragglerTimeout
+from ..core.state import absent
+from ..run.transport import cancel as _keep_pending, wait as _wait_for
 
 try:
-    from ._handle import adopt
+    from ._entry import adopt
 except ImportError:    # a source checkout without the build: no persistent requests
     adopt = None
 

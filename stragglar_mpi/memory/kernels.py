@@ -12,7 +12,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from . import _cuda
+from . import cuda as _cuda
 
 INTS = tuple(dict.fromkeys(np.dtype(c) for c in "bBhHiIlLqQ"))  # l and q may coincide
 FLOATS = tuple(np.dtype(c) for c in "efd")

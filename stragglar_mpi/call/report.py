@@ -27,9 +27,9 @@ from collections import deque
 
 from mpi4py import MPI
 
-from . import _config
-from ._policy import model_times
-from ._state import peek
+from ..core import config as _config
+from ..decide.policy import model_times
+from ..core.state import peek
 
 STRAGGLAR_ROLES = ("stragglar", "direct")
 KEPT = 4096          # calls a report covers (the most recent)

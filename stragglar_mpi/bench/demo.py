@@ -1,6 +1,6 @@
 """A short demo: one rank arrives late; how soon after it arrives is the AllReduce done?
 
-    mpiexec -n 4 python -m stragglar_mpi.demo [--size 16MiB] [--delay 200] [--iters 5]
+    mpiexec -n 4 python -m stragglar_mpi.bench.demo [--size 16MiB] [--delay 200] [--iters 5]
 
 Every rank but the straggler calls at once; the straggler sleeps ``--delay`` ms
 first.  Post-arrival time = the last rank's return minus the straggler's call
@@ -16,7 +16,7 @@ import time
 import numpy as np
 from mpi4py import MPI
 
-from . import Allreduce
+from .. import Allreduce
 
 ALGORITHMS = ("native", "ring", "rhd", "stragglar")
 
@@ -63,7 +63,7 @@ def run(comm, size, delay, iters):
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="mpiexec -n 4 python -m stragglar_mpi.demo", description=__doc__,
+    p = argparse.ArgumentParser(prog="mpiexec -n 4 python -m stragglar_mpi.bench.demo", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--size", type=parse_size, default=parse_size("16MiB"), help="buffer size (default 16MiB)")
     p.add_argument("--delay", type=float, default=300.0, help="straggler delay in ms (default 300)")

@@ -21,7 +21,7 @@ from itertools import groupby
 
 import numpy as np
 
-from .schedule import chunk_bounds
+from ..schedule import chunk_bounds
 
 RECV, SEND, REDUCE, COPY = 0, 1, 2, 3
 IN, OUT, SCRATCH = 0, 1, 2

@@ -31,10 +31,10 @@ from collections import Counter, OrderedDict, deque
 import numpy as np
 from mpi4py import MPI
 
-from ._errors import Mismatch, Pending
-from ._transport import cancel, unanswered, wait
+from .errors import Mismatch, Pending
+from ..run.transport import cancel, unanswered, wait
 try:
-    from . import _bind
+    from ..call import _entry as _bind
 except ImportError:   # a source checkout without the build
     _bind = None
 
@@ -87,7 +87,8 @@ class State:
 
     def _setup_topology(self):
         """Nodes and, across several nodes, link figures for ``auto`` (collective, once)."""
-        from . import _config, _topology
+        from . import config as _config
+        from ..decide import topology as _topology
         self.topology, self.node_comm = _topology.discover(self.private)
         if self.topology.flat:
             return
@@ -117,7 +118,7 @@ class State:
     def arrivals(self):
         """The shared arrival table (made collectively with the state, in the first call)."""
         if self._arrivals is None:
-            from ._arrival import Arrivals
+            from ..decide.arrival import Arrivals
             self._arrivals = Arrivals(self.private)
             _WITH_WINDOWS.add(self)
         return self._arrivals

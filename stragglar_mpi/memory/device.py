@@ -22,8 +22,10 @@ from __future__ import annotations
 import numpy as np
 from mpi4py import MPI
 
-from . import _cuda, _kernels, _memory
-from ._buffers import is_in_place
+from . import cuda as _cuda
+from . import kernels as _kernels
+from . import host as _memory
+from .buffers import is_in_place
 
 _PAIR_NAMES = ("FLOAT_INT", "DOUBLE_INT", "LONG_INT", "SHORT_INT", "LONG_DOUBLE_INT", "TWOINT", "INT_INT")
 _PAIRS = {getattr(MPI, n).handle for n in _PAIR_NAMES

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from mpi4py import MPI
 
-from ._allreduce import Allreduce as _allreduce
-from ._allreduce import _bind
-from ._requests import Allreduce_init as _allreduce_init
-from ._requests import Iallreduce as _iallreduce
+from .allreduce import Allreduce as _allreduce
+from .allreduce import _bind
+from .requests import Allreduce_init as _allreduce_init
+from .requests import Iallreduce as _iallreduce
 
 
 def _wrap(new):

@@ -9,9 +9,10 @@ from __future__ import annotations
 import numpy as np
 from mpi4py import MPI
 
-from . import _config, _device
-from ._buffers import Message, messages
-from ._policy import POLICIES
+from ..core import config as _config
+from ..memory import device as _device
+from ..memory.buffers import Message, messages
+from ..decide.policy import POLICIES
 
 _PAIR_TYPES = {getattr(MPI, n).handle for n in
                ("FLOAT_INT", "DOUBLE_INT", "LONG_INT", "SHORT_INT", "LONG_DOUBLE_INT", "TWOINT", "INT_INT")

@@ -7,18 +7,23 @@ import json
 import numpy as np
 from mpi4py import MPI
 
-from . import _config, _device, _features, _hierarchical, _staged, _transport
-from ._args import check
-from ._buffers import Message
-from ._errors import Mismatch, Pending, StragglerTimeout
-from ._memory import _KEPT, HOST
-from ._phases import exactly_commutative as _exactly_commutative
-from ._phases import plan_of as _plan
-from ._phases import region, start_phase1, wait as _wait, wait_all as _wait_all
-from ._policy import SAMPLE_FIRST, SAMPLE_MAX, auto_algorithm, predict_straggler
-from ._report import log_of
-from ._state import KEYVAL, peek, state_of
-from .schedule import PHASE1, chunk_bounds
+from ..core import config as _config
+from ..memory import device as _device
+from ..core import features as _features
+from ..run import hierarchical as _hierarchical
+from ..run import staged as _staged
+from ..run import transport as _transport
+from ..bind.args import check
+from ..memory.buffers import Message
+from ..core.errors import Mismatch, Pending, StragglerTimeout
+from ..memory.host import _KEPT, HOST
+from ..run.phases import exactly_commutative as _exactly_commutative
+from ..run.phases import plan_of as _plan
+from ..run.phases import region, start_phase1, wait as _wait, wait_all as _wait_all
+from ..decide.policy import SAMPLE_FIRST, SAMPLE_MAX, auto_algorithm, predict_straggler
+from .report import log_of
+from ..core.state import KEYVAL, peek, state_of
+from ..schedule import PHASE1, chunk_bounds
 
 PHASE1_ROLES = ("stragglar", "direct", "hierarchical")
 _MEMORY = {"host": HOST, "device": _device.DEVICE}
@@ -444,7 +449,7 @@ def last_end(comm) -> float:
 
 
 try:
-    from . import _bind
+    from . import _entry as _bind
 except ImportError:   # a source checkout without the build: every call is checked in full
     _bind = None
 else:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 from mpi4py import MPI
 
-from . import _transport
+from ..run import transport as _transport
 
 _TAG_PING = 4243
 

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 from mpi4py import MPI
 
-from ._clock import offsets
+from .clock import offsets
 
 _TAG_NOTICE, _TAG_DECISION = 11, 12
 _CLOCK_ROUNDS = 8

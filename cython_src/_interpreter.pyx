@@ -322,7 +322,7 @@ cdef _drain(object local):
 
 cdef _raise(Posted *p, int ierr, MPI.Datatype dtype):
     """The error of a failed run, naming the peer and the sizes where a message is at fault."""
-    from ._errors import Mismatch, Pending, size_message
+    from ..core.errors import Mismatch, Pending, size_message
     if ierr == TIMED_OUT:
         raise Pending(sorted({p.peers[k] for k in range(p.n)}))
     if p.bad < 0:

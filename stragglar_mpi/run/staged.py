@@ -24,12 +24,12 @@ from __future__ import annotations
 
 from mpi4py import MPI
 
-from . import _device
-from ._args import Args
-from ._buffers import Message
-from ._memory import address
-from ._plan import IN, OUT, RECV, REDUCE, COPY
-from .schedule import chunk_bounds
+from ..memory import device as _device
+from ..bind.args import Args
+from ..memory.buffers import Message
+from ..memory.host import address
+from .plan import IN, OUT, RECV, REDUCE, COPY
+from ..schedule import chunk_bounds
 
 PIPELINED = ("stragglar", "direct", "ring", "rhd")
 

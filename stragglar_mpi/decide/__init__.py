@@ -1,0 +1,7 @@
+"""decide: which algorithm runs and who plays the straggler, the same on every rank.
+
+Knows: arrival records (``arrival``, with one clock across nodes: ``clock``), the
+nodes and their measured links (``topology``), the pure decisions on them (``policy``)
+and how a call takes its roles (``roles``).
+Must not know: the caller's buffers, how a plan runs.
+"""
