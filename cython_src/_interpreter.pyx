@@ -1,9 +1,9 @@
 # cython: language_level=3, boundscheck=False, wraparound=False
-"""Compiled transport: runs a per-rank plan (see stragglar_mpi/_plan.py) with raw
+"""Compiled transport: runs a per-rank plan (see stragglar_mpi/run/plan.py) with raw
 MPI calls, the GIL released, and a test-and-yield progress loop.
 
 Local rows run on the host with the typed loops below, or for another memory
-(device buffers: stragglar_mpi/_device.py) through that backend's table of local
+(device buffers: stragglar_mpi/memory/device.py) through that backend's table of local
 operations, called with the GIL; then the backend's queue is synchronised before
 the next round's messages are posted.
 
@@ -41,7 +41,7 @@ ctypedef fused num_t:
     int64_t
 
 cdef enum:
-    # Typed reduction kernels: id = 16 * dtype + op (0 = use MPI_Reduce_local).
+    # Typed reduction loops: id = 16 * dtype + op (0 = use MPI_Reduce_local).
     K_F32 = 1
     K_F64 = 2
     K_I32 = 3
@@ -56,7 +56,7 @@ cdef enum:
     SEND = 1
     REDUCE = 2
     COPY = 3
-    TAG_MOD = 32768
+    TAG_MOD = 32767       # a round's tag: round % TAG_MOD (core/tags.py ROUND_TAGS)
 
 
 cdef enum:
@@ -115,8 +115,8 @@ cdef void _combine(num_t *a, num_t *b, Py_ssize_t n, int op) noexcept nogil:
             b[i] = b[i] if b[i] < a[i] else a[i]
 
 
-cdef int _reduce(char *a, char *b, int64_t n, int kernel, MPI_Datatype dtype, MPI_Op op) noexcept nogil:
-    cdef int t = kernel >> 4, o = kernel & 15
+cdef int _reduce(char *a, char *b, int64_t n, int loop, MPI_Datatype dtype, MPI_Op op) noexcept nogil:
+    cdef int t = loop >> 4, o = loop & 15
     if t == K_F32:
         _combine(<float *>a, <float *>b, n, o)
     elif t == K_F64:
@@ -206,7 +206,7 @@ cdef int _local(PyObject *local, int64_t kind, char *a, char *b, int64_t count,
 
 
 cdef int _run(const int64_t[:, ::1] plan, char **bufs, MPI_Comm comm,
-              MPI_Datatype dtype, MPI_Op op, MPI_Aint extent, Posted *p, int kernel,
+              MPI_Datatype dtype, MPI_Op op, MPI_Aint extent, Posted *p, int loop,
               PyObject *local, PyObject *rounds) noexcept nogil:
     # ``local``: NULL for host memory (the loops below), else the backend's table;
     # ``rounds``: NULL, or told when each round starts (after the previous one is complete).
@@ -246,7 +246,7 @@ cdef int _run(const int64_t[:, ::1] plan, char **bufs, MPI_Comm comm,
             ierr = _local(local, kind, a, bufs[plan[i, 6]] + plan[i, 7], plan[i, 5], extent)
             queued = True
         elif ierr == MPI_SUCCESS and kind == REDUCE:
-            ierr = _reduce(a, bufs[plan[i, 6]] + plan[i, 7], plan[i, 5], kernel, dtype, op)
+            ierr = _reduce(a, bufs[plan[i, 6]] + plan[i, 7], plan[i, 5], loop, dtype, op)
         elif ierr == MPI_SUCCESS:
             memcpy(bufs[plan[i, 6]] + plan[i, 7], a, <size_t>(plan[i, 5] * extent))
         if ierr != MPI_SUCCESS:
@@ -258,11 +258,11 @@ cdef int _run(const int64_t[:, ::1] plan, char **bufs, MPI_Comm comm,
 
 
 def execute(const int64_t[:, ::1] plan, tuple addresses, MPI.Comm comm,
-            MPI.Datatype dtype, MPI.Op op, int maxreq, int kernel=0, double deadline=0.0,
+            MPI.Datatype dtype, MPI.Op op, int maxreq, int loop=0, double deadline=0.0,
             object local=None, object rounds=None):
     """Run ``plan`` on the buffers at ``addresses`` (input, output, scratch).
 
-    ``kernel`` selects a typed reduction loop (see ``kernel_id``); 0 uses MPI_Reduce_local.
+    ``loop`` selects a typed reduction loop (see ``loop_id``); 0 uses MPI_Reduce_local.
     ``local``: None for host memory, else the memory backend's local operations
     (``reduce(a, b, count)``, ``copy(a, b, nbytes)``, ``sync()``, ``error``; _device.Local).
     ``rounds``: None, or an object whose ``begin(round)`` runs before each round's
@@ -293,7 +293,7 @@ def execute(const int64_t[:, ::1] plan, tuple addresses, MPI.Comm comm,
         if p.reqs == NULL or p.statuses == NULL or p.peers == NULL or p.counts == NULL:
             raise MemoryError()
         with nogil:
-            ierr = _run(plan, bufs, comm.ob_mpi, dtype.ob_mpi, op.ob_mpi, extent, &p, kernel, table, hook)
+            ierr = _run(plan, bufs, comm.ob_mpi, dtype.ob_mpi, op.ob_mpi, extent, &p, loop, table, hook)
             if ierr != MPI_SUCCESS:
                 _abandon(p.reqs, p.n)
         if ierr == LOCAL_FAILED:
@@ -353,7 +353,7 @@ def ping(MPI.Comm comm, int peer, int nbytes, int tag=0):
     return bytes(out)
 
 
-def reduce_local(a, b, MPI.Datatype dtype, MPI.Op op, int kernel):
+def reduce_local(a, b, MPI.Datatype dtype, MPI.Op op, int loop):
     """b = a (op) b through the executor's reduction path (for tests and benchmarks)."""
     ba, bb = _MPI.buffer(a), _MPI.buffer(b)
     cdef char *pa = <char *><uintptr_t>ba.address
@@ -363,7 +363,7 @@ def reduce_local(a, b, MPI.Datatype dtype, MPI.Op op, int kernel):
     cdef int64_t n = bb.nbytes // extent
     cdef int ierr
     with nogil:
-        ierr = _reduce(pa, pb, n, kernel, dtype.ob_mpi, op.ob_mpi)
+        ierr = _reduce(pa, pb, n, loop, dtype.ob_mpi, op.ob_mpi)
     if ierr != MPI_SUCCESS:
         raise _MPI.Exception(ierr)
 
@@ -372,7 +372,7 @@ _KERNEL_TYPES = {"f": K_F32, "d": K_F64}
 _KERNEL_OPS = {}
 
 
-def kernel_id(MPI.Datatype dtype, MPI.Op op):
+def loop_id(MPI.Datatype dtype, MPI.Op op):
     """The typed loop for (dtype, op), or 0 when MPI_Reduce_local should do it."""
     if not _KERNEL_OPS:
         _KERNEL_OPS.update({_MPI.SUM.handle: K_SUM, _MPI.PROD.handle: K_PROD,

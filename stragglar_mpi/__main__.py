@@ -21,11 +21,11 @@ def info() -> dict:
         "mpi4py": mpi4py.__version__,
         "MPI library": lib[0] if lib else "unknown",
         "MPI standard": "%d.%d" % MPI.Get_version(),
-        "MPI features": _mpi_features(_features, _transport._p2p),
-        "compiled transport": (f"loaded ({_transport._p2p.__file__})" if _transport._p2p
+        "MPI features": _mpi_features(_features, _transport._interpreter),
+        "compiled transport": (f"loaded ({_transport._interpreter.__file__})" if _transport._interpreter
                                else f"not loaded ({_transport._IMPORT_ERROR})"),
         "transport in use": _transport.name(),
-        "compiled entry": (f"loaded ({_allreduce._bind.__file__})" if _allreduce._bind
+        "compiled entry": (f"loaded ({_allreduce._entry.__file__})" if _allreduce._entry
                            else "not loaded: every call is checked in full"),
         **_cuda_info(),
     }

@@ -1,4 +1,7 @@
 """STRAGGLAR_REPORT=1: rank 0 prints the straggler report at exit (a real mpiexec run)."""
+import pytest
+
+import launcher
 from test_examples import run_script
 
 SCRIPT = '''
@@ -30,3 +33,35 @@ def test_no_report_without_the_setting(tmp_path):
     script = tmp_path / "late_rank_1.py"
     script.write_text(SCRIPT)
     assert "straggler report" not in run_script(2, script)
+
+
+HIERARCHICAL = '''
+import time
+import numpy as np
+from mpi4py import MPI
+from stragglar_mpi import Allreduce, Comm, report, stats
+comm = Comm(MPI.COMM_WORLD)
+for it in range(16):
+    comm.Barrier()
+    if comm.Get_rank() == 3:
+        time.sleep(0.02)
+    x = np.full(4096, float(comm.Get_rank()), np.float32)
+    Allreduce(comm, MPI.IN_PLACE, x, straggler="arrival", algorithm="hierarchical")
+    assert x[0] == 6.0 and stats(comm)["last"]["algorithm"] == "hierarchical"
+text = report(comm)                      # every rank calls it; rank 0 prints it
+assert "stragglar_mpi straggler report" in text
+'''
+
+
+@pytest.mark.skipif(not launcher.emulates_nodes(), reason="this MPI cannot emulate nodes on one machine")
+def test_report_counts_hierarchical_calls_and_prints_once(tmp_path):
+    """4 ranks on 2 emulated nodes, 16 hierarchical calls with rank 3 late: the report is
+    printed once, and rank 3's StragglAR column counts the calls it was the straggler of."""
+    script = tmp_path / "late_rank_3.py"
+    script.write_text(HIERARCHICAL)
+    out = run_script(4, script, env={"MPIR_CVAR_NUM_CLIQUES": "2", "UCX_TLS": "tcp,self"})
+    assert out.count("stragglar_mpi straggler report: MPI_COMM_WORLD, 4 ranks, 15 recorded calls") == 1
+    row = next(line.split() for line in out.splitlines() if line.split()[:1] == ["3"])
+    last, ran = int(row[1]), int(row[5])
+    assert last >= 12 and ran == last          # every call rank 3 came last in ran hierarchical
+    assert "the links measured at setup" in out

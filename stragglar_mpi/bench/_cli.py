@@ -4,7 +4,6 @@ from __future__ import annotations
 import argparse
 import os
 import platform
-import re
 import sys
 import time
 from dataclasses import dataclass
@@ -15,25 +14,10 @@ from mpi4py import MPI
 from .. import Allreduce, __version__
 from ..core.config import current as current_settings
 from ..run.transport import name as transport_name
+from ..schedule.units import format_size, parse_size
 from . import _clock, _data, _model, _report, _run
 
-_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 _MIB = 1 << 20
-
-
-def parse_size(text: str) -> int:
-    """'8', '64K', '256M', '1G' (binary units; a trailing 'B' or 'iB' is allowed) -> bytes."""
-    m = re.fullmatch(r"\s*(\d+)\s*([KMG]?)(I?B)?\s*", str(text).upper())
-    if not m:
-        raise argparse.ArgumentTypeError(f"not a size: {text!r} (examples: 8, 64K, 256M, 1G)")
-    return int(m.group(1)) * _UNITS[m.group(2)]
-
-
-def format_size(nbytes: int) -> str:
-    for unit in ("G", "M", "K"):
-        if nbytes >= _UNITS[unit] and nbytes % _UNITS[unit] == 0:
-            return f"{nbytes // _UNITS[unit]}{unit}"
-    return str(nbytes)
 
 
 @dataclass(frozen=True)

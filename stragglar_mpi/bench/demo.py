@@ -17,18 +17,11 @@ import numpy as np
 from mpi4py import MPI
 
 from .. import Allreduce
+from ..schedule.algorithms import BY_NAME, SHOWN
+from ..schedule.units import parse_size
 
-ALGORITHMS = ("native", "ring", "rhd", "stragglar")
-
-
-def parse_size(text: str) -> int:
-    units = {"": 1, "B": 1, "KIB": 1 << 10, "MIB": 1 << 20, "GIB": 1 << 30, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
-    t = text.strip().upper()
-    num = t.rstrip("KMGIB")
-    unit = t[len(num):]
-    if unit not in units or not num:
-        raise argparse.ArgumentTypeError(f"not a size: {text!r} (try 16MiB)")
-    return int(float(num) * units[unit])
+# native first (the ratios are to it), the straggler-aware ones last
+ALGORITHMS = tuple(sorted(SHOWN, key=lambda a: (BY_NAME[a].straggler_aware, a != "native")))
 
 
 def one_call(comm, algo, send, recv, straggler, delay):

@@ -13,7 +13,7 @@ from __future__ import annotations
 from mpi4py import MPI
 
 from .allreduce import Allreduce as _allreduce
-from .allreduce import _bind
+from .allreduce import _entry
 from .requests import Allreduce_init as _allreduce_init
 from .requests import Iallreduce as _iallreduce
 
@@ -35,9 +35,9 @@ class Comm(MPI.Intracomm):
         """``Allreduce`` as mpi4py's, run by ``stragglar_mpi.Allreduce`` with its defaults."""
         _allreduce(self, sendbuf, recvbuf, op)
 
-    if _bind is not None:             # the compiled entry itself: no Python frame in between
-        _bind.comm_allreduce.__doc__ = Allreduce.__doc__
-        Allreduce = _bind.comm_allreduce
+    if _entry is not None:             # the compiled entry itself: no Python frame in between
+        _entry.comm_allreduce.__doc__ = Allreduce.__doc__
+        Allreduce = _entry.comm_allreduce
 
     def Iallreduce(self, sendbuf, recvbuf, op=MPI.SUM):
         """``Iallreduce`` as mpi4py's, run by ``stragglar_mpi.Iallreduce`` with its defaults."""

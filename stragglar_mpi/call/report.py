@@ -10,31 +10,33 @@ a communicator is not in its report.
 - **last**: how many of the recorded calls the rank arrived last in;
 - **late by**: median and 95th percentile of its lateness over those calls
   (``lateness``: how long after the second-to-last rank it arrived);
-- **saved**: for the calls that ran StragglAR with the rank as the straggler, the
-  model of native (a synchronous AllReduce that starts when the last rank arrives,
-  ``STRAGGLAR_MODEL``) minus the measured time after its arrival on the reporting rank.
+- **StragglAR**: the calls that ran a straggler-aware algorithm (schedule/algorithms.py:
+  stragglar, hierarchical, direct) with the rank as the straggler;
+- **saved**: for those calls, the model's best synchronous AllReduce (ring, rhd or,
+  across nodes, the hierarchical ring: schedule/tiers.py), which starts when the last
+  rank arrives, minus the measured time after its arrival on the reporting rank.  The
+  model is priced with the links the library measured at setup when the communicator
+  spans nodes, else with ``STRAGGLAR_MODEL``; the report's last line says which.
 
 ``report(comm)`` is local (it reads this rank's copy, the same records on every
-rank); ``STRAGGLAR_REPORT=1`` prints it on rank 0 at exit for every communicator
-with tracked calls.
+rank): it returns the text on every rank and prints it on one (``root``, rank 0 of the
+communicator by default); ``STRAGGLAR_REPORT=1`` prints it on rank 0 of COMM_WORLD at
+exit for every communicator with tracked calls.
 """
 from __future__ import annotations
 
-import atexit
 import sys
-import weakref
 from collections import deque
 
 from mpi4py import MPI
 
 from ..core import config as _config
-from ..decide.policy import model_times
+from ..core.lifetime import PROCESS, REPORT
 from ..core.state import peek
+from ..schedule.algorithms import STRAGGLER_AWARE
+from ..schedule.tiers import costs
 
-STRAGGLAR_ROLES = ("stragglar", "direct")
 KEPT = 4096          # calls a report covers (the most recent)
-
-_LOGS = weakref.WeakSet()
 
 
 def lateness(record) -> float:
@@ -45,11 +47,11 @@ def lateness(record) -> float:
 class Log:
     """The recorded calls of one communicator: (record, algorithm, straggler, bytes, post-arrival)."""
 
-    def __init__(self, n, label):
-        self.n, self.label = n, label
+    def __init__(self, n, label, tiers=None):
+        self.n, self.label, self.tiers = n, label, tiers     # tiers: (topology, links) or None
         self.pending = {}                 # tracked call number -> what ran, until its record comes
         self.calls = deque(maxlen=KEPT)
-        _LOGS.add(self)
+        PROCESS.register("logs", self)
 
     def ran(self, seq, name, straggler, nbytes, post_arrival):
         self.pending[seq] = (name, straggler, nbytes, post_arrival)
@@ -64,18 +66,39 @@ class Log:
 
 def log_of(state, n, label="") -> Log:
     if getattr(state, "log", None) is None:
-        state.log = Log(n, label)
+        state.log = Log(n, label, state.tiers())
     return state.log
 
 
-def report(comm, file=None) -> str:
-    """Print (to ``file``, default stdout) and return the straggler report of ``comm``; local."""
+def report(comm, file=None, root=0) -> str:
+    """The straggler report of ``comm``: returned on every rank, printed (to ``file``,
+    default stdout) on rank ``root`` of ``comm`` (None: on every rank).  Local: it reads
+    this rank's records and never communicates."""
     state = peek(comm)
     log = getattr(state, "log", None) if state is not None else None
     label = comm.Get_name() if isinstance(comm, MPI.Comm) else str(comm)
     text = render(log, comm.Get_size(), label)
-    print(text, file=file or sys.stdout, flush=True)
+    if root is None or comm.Get_rank() == root:
+        print(text, file=file or sys.stdout, flush=True)
     return text
+
+
+def _pricing(log, n):
+    """(seconds of the best synchronous AllReduce for a buffer of bytes, what it is)."""
+    if log.tiers is not None:
+        topology, links = log.tiers
+        m, k = len(topology.nodes), max(len(node) for node in topology.nodes)
+        figures = (links.alpha_intra, links.bandwidth_intra, links.alpha_inter, links.bandwidth_inter)
+        what = (f"the links measured at setup: inside a node alpha {figures[0]:g} s, bandwidth "
+                f"{figures[1]:g} B/s; between nodes alpha {figures[2]:g} s, bandwidth {figures[3]:g} B/s")
+        return (lambda nbytes: _best_synchronous(costs(m, k, nbytes, *figures))), what
+    alpha, bandwidth, _ = _config.current().model
+    what = f"STRAGGLAR_MODEL: alpha {alpha:g} s, bandwidth {bandwidth:g} B/s"
+    return (lambda nbytes: _best_synchronous(costs(1, n, nbytes, alpha, bandwidth, alpha, bandwidth))), what
+
+
+def _best_synchronous(model):
+    return min(model[name].post_arrival for name in ("ring", "rhd", "hring") if name in model)
 
 
 def render(log, n, label) -> str:
@@ -84,21 +107,21 @@ def render(log, n, label) -> str:
     if not calls:
         return head + " (a call is recorded when it takes roles by arrival, is sampled by auto, " \
                       "or runs under STRAGGLAR_TIMEOUT)"
-    alpha, bandwidth, _ = _config.current().model
+    synchronous, pricing = _pricing(log, n)
     lines = [head, f"{'rank':>4} {'last':>6} {'share':>6} {'late ms p50':>11} {'p95':>8} "
                    f"{'StragglAR':>9} {'saved ms':>9}"]
     total = 0.0
     for rank in range(n):
         mine = [c for c in calls if c[0].last == rank]
         late = sorted(lateness(c[0]) * 1e3 for c in mine)
-        ran = [c for c in mine if c[1] in STRAGGLAR_ROLES and c[2] == rank]
-        saved = sum(model_times(n, c[3], alpha, bandwidth)[2] - c[4] for c in ran) * 1e3
+        ran = [c for c in mine if c[1] in STRAGGLER_AWARE and c[2] == rank]
+        saved = sum(synchronous(c[3]) - c[4] for c in ran) * 1e3
         total += saved
         lines.append(f"{rank:>4} {len(mine):>6} {len(mine) / len(calls):>6.1%} "
                      f"{_quantile(late, 0.5):>11.3f} {_quantile(late, 0.95):>8.3f} "
                      f"{len(ran):>9} {saved:>9.3f}")
-    lines.append(f"saved in all: {total:.3f} ms against the model of native (STRAGGLAR_MODEL "
-                 f"alpha {alpha:g} s, bandwidth {bandwidth:g} B/s)")
+    lines.append(f"saved in all: {total:.3f} ms against a model of the best synchronous AllReduce, "
+                 f"priced with {pricing}")
     return "\n".join(lines)
 
 
@@ -108,14 +131,16 @@ def _quantile(sorted_values, q):
     return sorted_values[min(len(sorted_values) - 1, int(q * len(sorted_values)))]
 
 
-@atexit.register
 def _at_exit():
-    # Registered after mpi4py's own exit handler, so it runs before MPI is finalized.
+    # core/lifetime.py runs it before MPI is finalized.
     try:
         wanted = _config.current().report
     except ValueError:
         return
     if not wanted or MPI.Is_finalized() or MPI.COMM_WORLD.Get_rank() != 0:
         return
-    for log in sorted(_LOGS, key=lambda g: g.label):
+    for log in sorted(PROCESS.live("logs"), key=lambda g: g.label):
         print(render(log, log.n, log.label), flush=True)
+
+
+PROCESS.on_exit(REPORT, _at_exit)

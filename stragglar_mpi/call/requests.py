@@ -26,22 +26,23 @@
 """
 from __future__ import annotations
 
-import atexit
 import os
 import threading
-import weakref
 from collections import Counter, deque
 
 from mpi4py import MPI
 
-from . import allreduce as _allreduce
-from ..core import config as _config
-from ..memory import cuda as _cuda
 from ..bind.args import check
-from ..memory.device import is_device_call
+from ..core import config as _config
+from ..core import tags
 from ..core.errors import Mismatch, StragglerTimeout
-from ..core.state import absent
-from ..run.transport import cancel as _keep_pending, wait as _wait_for
+from ..core.exchange import absent, cancel as _keep_pending, wait as _wait_for
+from ..core import lifetime
+from ..core.lifetime import PROCESS
+from ..memory import cuda as _cuda
+from ..memory.device import is_device_call
+from . import allreduce as _allreduce
+from . import record as _record
 
 try:
     from ._entry import adopt
@@ -78,11 +79,11 @@ def Allreduce_init(comm, sendbuf, recvbuf, op=MPI.SUM, *, straggler=None, algori
 def stats(comm) -> dict:
     """Per-communicator counters, blocking and nonblocking calls together: ``calls``
     (algorithm -> count) and ``last`` (the call that ended last).  Local."""
-    mine = _allreduce.stats(comm)
+    mine = _record.stats(comm)
     lanes = comm.Get_attr(_KEYVAL) if isinstance(comm, MPI.Comm) else None
-    calls, last, end = Counter(mine["calls"]), mine["last"], _allreduce.last_end(comm)
+    calls, last, end = Counter(mine["calls"]), mine["last"], _record.last_end(comm)
     for lane in lanes.lanes if lanes is not None else ():
-        theirs = _allreduce.stats(lane.shadow) if lane.joined else {"calls": {}, "last": {}}
+        theirs = _record.stats(lane.shadow) if lane.joined else {"calls": {}, "last": {}}
         calls.update(theirs["calls"])
         if theirs["last"] and lane.last_end > end:
             last, end = theirs["last"], lane.last_end
@@ -272,7 +273,7 @@ class _Progress:
         self._thread = threading.Thread(target=self._serve, daemon=True,
                                         name="stragglar_mpi progress")
         self._thread.start()
-        _LIVE.add(self)
+        PROCESS.register("lanes", self)
         if _IDUP_INTERFERES:
             self.join()      # before the caller can start another collective on ``comm``
 
@@ -318,8 +319,8 @@ class _Progress:
             return
         timeout = _config.current().timeout
         deadline = MPI.Wtime() + timeout if timeout else 0.0
-        # first call only: tag TAG_UB - 2, on the caller's communicator
-        missing = absent(self._comm, deadline, MPI.COMM_WORLD.Get_attr(MPI.TAG_UB) - 2) if deadline else []
+        # first call only, on the caller's communicator
+        missing = absent(self._comm, deadline, tags.lane_setup()) if deadline else []
         if missing or not _wait_for([self._joining], deadline):
             _keep_pending([], self.shadow, self._joining)    # MPI may complete the Idup later
             who = (f"rank(s) {', '.join(map(str, missing))} did not arrive" if missing else
@@ -379,14 +380,16 @@ def _delete(comm, keyval, lanes):
 
 
 _KEYVAL = MPI.Comm.Create_keyval(delete_fn=_delete)
-_LIVE = weakref.WeakSet()
 
 
-@atexit.register
 def _close_all():
-    # Before mpi4py finalizes MPI (atexit runs last-in, first-out): every thread runs
-    # what is queued and frees its shadow, so nothing of ours runs inside MPI_Finalize.
-    for progress in list(_LIVE):
+    # At exit (core/lifetime.py): every thread runs what is queued and frees its shadow,
+    # so nothing of ours runs inside MPI_Finalize.
+    lanes = PROCESS.live("lanes")
+    for progress in lanes:
         progress.close()
-    for progress in list(_LIVE):
+    for progress in lanes:
         progress._thread.join()
+
+
+PROCESS.on_exit(lifetime.LANES, _close_all)

@@ -18,7 +18,7 @@ import threading
 from dataclasses import dataclass, field, fields
 from typing import Callable
 
-ALGORITHMS = ("auto", "stragglar", "hierarchical", "ring", "rhd", "direct", "native")
+from ..schedule.algorithms import CHOICES as ALGORITHMS
 PREFIX = "STRAGGLAR_"
 
 

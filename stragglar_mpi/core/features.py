@@ -1,6 +1,6 @@
 """What the MPI library under mpi4py has beyond MPI-3.1, found at run time.
 
-The compiled extension says what it was built for (``_p2p.built_for()``: mpi.h's
+The compiled extension says what it was built for (``_interpreter.built_for()``: mpi.h's
 MPI_VERSION when it was compiled); this module says what the library running now has.
 Open MPI 4.1 and 5, MVAPICH2 and Intel MPI 2021 report MPI 3.1; MPICH 4+ reports 4.x.
 """

@@ -22,50 +22,50 @@ blocking step comes after a nonblocking one that proves every member is there:
 """
 from __future__ import annotations
 
-import atexit
 import os
 import threading
-import weakref
 from collections import Counter, OrderedDict, deque
 
 import numpy as np
 from mpi4py import MPI
 
+from . import tags
 from .errors import Mismatch, Pending
-from ..run.transport import cancel, unanswered, wait
-try:
-    from ..call import _entry as _bind
-except ImportError:   # a source checkout without the build
-    _bind = None
+from .exchange import Exchange, absent, cancel, wait
+from .lifetime import ARRIVALS, PROCESS
 
-_TAG_SUBCOMM = 4242
 #: Sub-communicators of early ranks kept per user communicator (MPICH has ~2048 context ids).
 EARLY_COMMS = 8
 _SETUP = "the setup of this communicator (its first call)"
 
 
 class State:
-    def __init__(self):
+    """One communicator's library state.  ``bindings``: the compiled entry's cache of
+    earlier calls' checks (call/_entry.pyx), or None without the build."""
+
+    def __init__(self, bindings=None):
         self.private = None
         self.key = None
         self.early_comms = OrderedDict()  # straggler -> its early ranks' comm (None on it), LRU
         self.calls = Counter()
-        self.last = None                  # the last call, as _allreduce._record keeps it
+        self.last = None                  # the last call: a call.record.CallRecord
         self.history = deque(maxlen=64)   # arrival records of earlier tracked calls
         self.auto_calls = 0               # "auto" calls above the small-size cut
         self.next_pair, self.pair_gap = 1, 1  # when "auto" records arrivals next (_allreduce._sampled)
         self.tracked_seq = None           # arrival-table number of the last tracked call
         self.broken = None                # why this state is unusable (after a timeout)
-        self.bindings = _bind.Bindings() if _bind else None   # earlier calls' checks (_bind.pyx)
-        self.log = None                   # what tracked calls ran, for the report (_report.Log)
-        self._arrivals = None
+        self.bindings = bindings
+        self.log = None                   # what tracked calls ran, for the report (call/report.Log)
+        self._arrivals = None             # the arrival table (decide/arrival.Arrivals), set at setup
         self.topology, self.node_comm, self.links = None, None, None
         self.node_early = {}              # straggler -> its node without it (hierarchical)
         self._scratch = np.empty(0, dtype=np.uint8)
         self.pools = {}                   # memory backends' scratch, per operation (_memory.Pool)
 
-    def setup(self, comm, deadline=0.0):
-        """The collective part, in the first call on ``comm`` (see the module's docstring)."""
+    def setup(self, comm, deadline=0.0, collective=None):
+        """The collective part, in the first call on ``comm`` (see the module's docstring);
+        ``collective(state)`` then makes what the higher rooms keep here (the arrival
+        table, the topology: decide/roles.setup)."""
         if deadline and comm.Get_size() > 1:
             _presence(comm, deadline)
         private, request = MPI.Intracomm.Idup(comm)
@@ -75,28 +75,12 @@ class State:
             raise Pending(others, _SETUP + ": the other ranks did not join its duplicate "
                           "(they may have given up waiting for this rank)")
         self.private = MPI.Intracomm(private)
-        self._collective_setup()    # every member has joined the Idup: this cannot wait for long
-
-    def _collective_setup(self):
-        # The same key on every member: windows are freed at exit in key order,
-        # so ranks that share several communicators never wait on each other crosswise.
+        # Every member has joined the Idup: what follows cannot wait for long.  The same
+        # key on every member: arrival tables are freed at exit in key order, so ranks
+        # that share several communicators never wait on each other crosswise.
         self.key = self.private.bcast((MPI.Wtime(), os.getpid(), id(self)), root=0)
-        if self.private.Get_size() > 1:
-            self.arrivals()   # collective, like the Dup: both happen in the first call only
-            self._setup_topology()
-
-    def _setup_topology(self):
-        """Nodes and, across several nodes, link figures for ``auto`` (collective, once)."""
-        from . import config as _config
-        from ..decide import topology as _topology
-        self.topology, self.node_comm = _topology.discover(self.private)
-        if self.topology.flat:
-            return
-        model = _config.current().model
-        if len(model) == 5:
-            self.links = _topology.Links(model[0], model[1], model[3], model[4])
-        else:
-            self.links = _topology.measure(self.private, self.topology)
+        if collective is not None and self.private.Get_size() > 1:
+            collective(self)
 
     def tiers(self):
         """(topology, links) when the communicator spans nodes, else None (one tier)."""
@@ -109,7 +93,7 @@ class State:
             group = self.node_comm.Get_group()
             local = self.topology.local(straggler)
             early = group.Excl([local])
-            sub = self.node_comm.Create_group(early, _TAG_SUBCOMM + 1)
+            sub = self.node_comm.Create_group(early, tags.NODE_SUBCOMM)
             early.Free()
             group.Free()
             self.node_early[straggler] = sub
@@ -117,11 +101,12 @@ class State:
 
     def arrivals(self):
         """The shared arrival table (made collectively with the state, in the first call)."""
-        if self._arrivals is None:
-            from ..decide.arrival import Arrivals
-            self._arrivals = Arrivals(self.private)
-            _WITH_WINDOWS.add(self)
         return self._arrivals
+
+    def keep_arrivals(self, table):
+        """Keep the arrival table made at setup; it is freed with the state or at exit."""
+        self._arrivals = table
+        PROCESS.register("arrivals", self)
 
     def absent_ranks(self):
         """Ranks missing from the arrival table of the current call, when it is tracked."""
@@ -159,7 +144,7 @@ class State:
             early = group.Excl([straggler])
             group.Free()
             private = self.private      # a thread may call make() after this state is freed
-            make = (lambda: private.Create_group(early, _TAG_SUBCOMM))
+            make = (lambda: private.Create_group(early, tags.SUBCOMM))
             _agree_on_straggler(private, straggler, deadline, make)
             sub = _bounded(make, deadline, f"the sub-communicator of the early ranks (straggler={straggler})",
                            private)
@@ -183,36 +168,16 @@ class State:
         self.node_early.clear()
         if self.node_comm is not None:
             self.node_comm.Free()
-        if self.private is not None and not _in_use(self.private):
+        if self.private is not None and not PROCESS.in_use(self.private):
             self.private.Free()
 
 
 def _presence(comm, deadline):
     """Wait until every member of ``comm`` has entered the setup; Pending names those
     that have not by ``deadline``."""
-    missing = absent(comm, deadline, _tag())
+    missing = absent(comm, deadline, tags.setup())
     if missing:
         raise Pending(missing, _SETUP, missing=missing)
-
-
-def absent(comm, deadline, tag):
-    """The members of ``comm`` that have not sent their zero-byte presence message (on
-    ``comm``, ``tag``) by ``deadline``; [] once every one has."""
-    rank, n = comm.Get_rank(), comm.Get_size()
-    empty = bytearray(0)
-    others = [r for r in range(n) if r != rank]
-    recvs = [comm.Irecv([bytearray(0), MPI.BYTE], r, tag) for r in others]
-    sends = [comm.Isend([empty, MPI.BYTE], r, tag) for r in others]
-    if wait(recvs + sends, deadline):
-        return []
-    missing = [r for r, live in zip(others, unanswered(recvs)) if live]
-    cancel(recvs + sends, empty)
-    return missing
-
-
-def _tag():
-    """The library's tag for its setup messages: the largest (round tags are below 32768)."""
-    return MPI.COMM_WORLD.Get_attr(MPI.TAG_UB)
 
 
 def _agree_on_straggler(private, straggler, deadline, make):
@@ -230,28 +195,20 @@ def _agree_on_straggler(private, straggler, deadline, make):
     peers = [r for r in range(n) if r not in (rank, straggler)]
     mine = np.array([straggler], np.int64)
     theirs = np.full((len(peers), 1), -1, np.int64)
-    recvs = [private.Irecv(theirs[k], r, _tag()) for k, r in enumerate(peers)]
-    sends = [private.Isend(mine, r, _tag()) for r in peers]
-    done = wait(recvs, deadline)
-    silent = [] if done else [r for r, live in zip(peers, unanswered(recvs)) if live]
+    values = Exchange(private, peers, tags.setup(), mine, list(theirs))
+    silent = values.silent(deadline, sends_too=False)
     _mismatch(rank, straggler, [(r, int(v)) for r, v in zip(peers, theirs[:, 0])
                                 if r not in silent and v != straggler])
     if silent:
-        _Finisher(recvs + sends, (mine, theirs), straggler, make, private).start()
+        _Finisher(values.recvs + values.sends, (mine, theirs), straggler, make, private).start()
         raise Pending(silent, f"the sub-communicator of the early ranks (first call with straggler={straggler})")
-    _LINGERING[:] = [(r, b) for r, b in _LINGERING if not MPI.Request.Testall(r)]
-    _LINGERING.append((sends, mine))      # eager: complete, or soon
+    PROCESS.linger(values.sends, mine)      # eager: complete, or soon
 
 
 def _mismatch(rank, straggler, other):
     if other:
         raise Mismatch(f"stragglar_mpi: straggler= differs across ranks: rank {rank} passed "
                        f"{straggler}, " + ", ".join(f"rank {r} passed {v}" for r, v in other))
-
-
-_LINGERING = []          # (requests, buffers) that MPI still owns: kept until they complete
-_THREADS = []            # background threads that may still be in MPI (joined at exit)
-_STOP = threading.Event()
 
 
 class _Finisher(threading.Thread):
@@ -262,11 +219,11 @@ class _Finisher(threading.Thread):
     def __init__(self, reqs, buffers, straggler, make, comm):
         super().__init__(daemon=True, name="stragglar_mpi sub-communicator")
         self.reqs, self.buffers, self.straggler, self.make = reqs, buffers, straggler, make
-        _track(self, comm)
+        PROCESS.track(self, comm)
 
     def run(self):
         while not MPI.Request.Testall(self.reqs):
-            if _STOP.wait(0.002):
+            if PROCESS.stop.wait(0.002):
                 cancel(self.reqs, *self.buffers)
                 return
         if np.all(self.buffers[1] == self.straggler):
@@ -293,7 +250,7 @@ def _bounded(make, deadline, phase, comm):
             outcome[1].Free()
 
     worker = threading.Thread(target=run, daemon=True, name="stragglar_mpi blocking setup")
-    _track(worker, comm)
+    PROCESS.track(worker, comm)
     worker.start()
     while worker.is_alive() and MPI.Wtime() < deadline:
         worker.join(0.001)
@@ -308,42 +265,13 @@ def _bounded(make, deadline, phase, comm):
     return value
 
 
-def _track(thread, comm):
-    _THREADS[:] = [(t, c) for t, c in _THREADS if t.is_alive()]
-    _THREADS.append((thread, comm))
-
-
-def _in_use(comm):
-    """Whether a background thread may still call MPI on ``comm`` (then it is not freed)."""
-    return any(t.is_alive() and c is comm for t, c in _THREADS)
-
-
-@atexit.register
-def _end_threads(grace=2.0):
-    """Before MPI_Finalize: give the background threads a moment to finish (a late
-    rank's values may still be on the way), then stop those still waiting for values.
-    One blocked inside Create_group cannot be stopped: say so (abort after a timeout)."""
-    until = MPI.Wtime() + grace
-    for t, _ in _THREADS:
-        t.join(max(0.0, until - MPI.Wtime()))
-    _STOP.set()
-    for t, _ in _THREADS:
-        t.join(0.5)
-    if any(t.is_alive() for t, _ in _THREADS):
-        import sys
-        print("stragglar_mpi: a Create_group given up after a timeout is still blocked at exit; "
-              "MPI_Finalize may fail (after a timeout, abort the job: README)", file=sys.stderr)
-
-
-_WITH_WINDOWS = weakref.WeakSet()
-
-
-@atexit.register
-def _free_windows():
-    # Runs before mpi4py finalizes MPI (atexit is last-in, first-out): windows
-    # still open at MPI_Finalize make some transports complain.
-    for state in sorted(_WITH_WINDOWS, key=lambda st: st.key):
+def _free_arrival_tables():
+    # Before MPI_Finalize (core/lifetime.py says when): in key order on every rank.
+    for state in sorted(PROCESS.live("arrivals"), key=lambda st: st.key):
         state.free_arrivals()
+
+
+PROCESS.on_exit(ARRIVALS, _free_arrival_tables)
 
 
 def _delete(comm, keyval, state):
@@ -353,17 +281,18 @@ def _delete(comm, keyval, state):
 KEYVAL = MPI.Comm.Create_keyval(delete_fn=_delete)
 
 
-def state_of(comm, deadline=0.0) -> State:
-    """The state of ``comm``, set up collectively in its first call (under ``deadline``).
+def setup_state(comm, deadline=0.0, bindings=None, collective=None) -> State:
+    """The state of ``comm``, set up collectively in its first call (under ``deadline``);
+    ``bindings`` and ``collective`` are what the call room gives a new one (State.setup).
 
     A setup that fails leaves a state behind that says why (``broken``), so that a
     later call raises instead of starting a second, mismatched setup."""
     state = comm.Get_attr(KEYVAL)
     if state is None:
-        state = State()
+        state = State(bindings() if bindings else None)
         comm.Set_attr(KEYVAL, state)
         try:
-            state.setup(comm, deadline)
+            state.setup(comm, deadline, collective)
         except BaseException as exc:
             state.broken = state.broken or f"its setup failed ({type(exc).__name__}: {exc})"
             raise

@@ -32,9 +32,10 @@ from dataclasses import dataclass
 import numpy as np
 from mpi4py import MPI
 
+from ..core import tags
 from .clock import offsets
 
-_TAG_NOTICE, _TAG_DECISION = 11, 12
+
 _CLOCK_ROUNDS = 8
 
 
@@ -66,7 +67,7 @@ class _Notices:
         self.comm, self.seq, self.box, self.token = comm, seq, box, token
         me = comm.Get_rank()
         self.ranks = [r for r in range(comm.Get_size()) if r != me]
-        self.requests = [comm.Irecv(box[r], r, _TAG_NOTICE) for r in self.ranks]
+        self.requests = [comm.Irecv(box[r], r, tags.NOTICE) for r in self.ranks]
         self.heard = {}      # rank -> arrival time
 
     @property
@@ -81,7 +82,7 @@ class _Notices:
         for i in MPI.Request.Testsome(self.requests) or ():
             r = self.ranks[i]
             if self.box[r, 2] != self.token:      # left over from a freed duplicate: not ours
-                self.requests[i] = self.comm.Irecv(self.box[r], r, _TAG_NOTICE)
+                self.requests[i] = self.comm.Irecv(self.box[r], r, tags.NOTICE)
                 continue
             new.append(r)
             if int(self.box[r, 0]) != self.seq:
@@ -149,7 +150,7 @@ class Arrivals:
         self.place = len(self._current.heard)
         self._mine[self.seq] = t
         note = np.array([self.seq, t, self.token])
-        self._send(note, _TAG_NOTICE, [r for r in range(self.n) if r != self.rank])
+        self._send(note, tags.NOTICE, [r for r in range(self.n) if r != self.rank])
         return self.place
 
     def record_before(self, deadline=0.0):
@@ -177,7 +178,7 @@ class Arrivals:
             last = self._decide(deadline)
             if last is not None:
                 decision = np.array([self.seq, last, int(self.token)], np.int64)
-                self._send(decision, _TAG_DECISION, [r for r in range(self.n) if r != self.rank])
+                self._send(decision, tags.DECISION, [r for r in range(self.n) if r != self.rank])
             return last
         got = self._decision(deadline)
         if got is None:
@@ -191,7 +192,7 @@ class Arrivals:
         """The coordinator's answer (seq, straggler, token); None if ``deadline`` passes."""
         got = np.zeros(3, np.int64)
         while True:
-            req = self.comm.Irecv(got, self.coordinator, _TAG_DECISION)
+            req = self.comm.Irecv(got, self.coordinator, tags.DECISION)
             while not req.Test():
                 if deadline and MPI.Wtime() > deadline:
                     req.Cancel()

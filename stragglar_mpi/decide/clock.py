@@ -8,7 +8,9 @@ from __future__ import annotations
 import numpy as np
 from mpi4py import MPI
 
-_TAG = 7301
+from ..core import tags
+
+
 
 
 def offsets(comm, rounds: int = 16) -> float:
@@ -37,8 +39,8 @@ def _measure(comm, peer, rounds):
     lo, hi = -float("inf"), float("inf")
     for _ in range(rounds):
         t0 = MPI.Wtime()
-        comm.Send(stamp, peer, _TAG)
-        comm.Recv(stamp, peer, _TAG)
+        comm.Send(stamp, peer, tags.CLOCK)
+        comm.Recv(stamp, peer, tags.CLOCK)
         t1 = MPI.Wtime()
         lo, hi = max(lo, stamp[0] - t1), min(hi, stamp[0] - t0)
     if lo > hi:                 # the clocks drifted during the rounds: take the middle
@@ -49,6 +51,6 @@ def _measure(comm, peer, rounds):
 def _answer(comm, rounds):
     stamp = np.zeros(1)
     for _ in range(rounds):
-        comm.Recv(stamp, 0, _TAG)
+        comm.Recv(stamp, 0, tags.CLOCK)
         stamp[0] = MPI.Wtime()
-        comm.Send(stamp, 0, _TAG)
+        comm.Send(stamp, 0, tags.CLOCK)

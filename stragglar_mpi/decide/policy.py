@@ -5,13 +5,12 @@ from the shared table), so every rank takes the same decision.
 """
 from __future__ import annotations
 
-import math
 from collections import Counter
 
 from ..core import config as _config
-from ..schedule.tiers import costs
+from ..schedule.tiers import costs, flat
 
-POLICIES = ("arrival", "predict")
+POLICIES = ("arrival", "predict")   # who plays the straggler, besides a rank given by number
 WINDOW = 8          # calls of history that a decision looks at
 SAMPLE_FIRST = 4    # while "auto" keeps choosing native, a pair of calls is recorded after
 SAMPLE_MAX = 64     # this many calls, then twice as many, ... up to SAMPLE_MAX
@@ -33,16 +32,6 @@ def expected_gap(history):
     return gaps[len(gaps) // 2] if gaps else 0.0
 
 
-def model_times(n, nbytes, alpha, bandwidth):
-    """(ReduceScatter among n-1, StragglAR after arrival, best synchronous AllReduce) in seconds."""
-    sb = nbytes / bandwidth
-    steps = n - 2 + math.ceil(math.log2(n))
-    reduce_scatter = (n - 2) * alpha + (n - 2) / (n - 1) * sb
-    post_arrival = steps * alpha + steps / (n - 1) * sb
-    synchronous = min(2 * (n - 1) * alpha, 2 * math.ceil(math.log2(n)) * alpha) + 2 * (n - 1) / n * sb
-    return reduce_scatter, post_arrival, synchronous
-
-
 def auto_algorithm(history, n, nbytes, tiers=None):
     """"stragglar" when the expected delay hides its ReduceScatter and it then beats a
     synchronous AllReduce by the configured margin; otherwise "native".
@@ -55,9 +44,9 @@ def auto_algorithm(history, n, nbytes, tiers=None):
     if tiers is not None:
         return _auto_two_tier(history, nbytes, *tiers)
     alpha, bandwidth, margin = _config.model()[:3]
-    rs, post, sync = model_times(n, nbytes, alpha, bandwidth)
-    after_arrival = max(0.0, rs - expected_gap(history)) + post
-    return "stragglar" if after_arrival * margin < sync else "native"
+    model = flat(n, nbytes, alpha, bandwidth)
+    after_arrival = model["stragglar"].after(expected_gap(history))
+    return "stragglar" if after_arrival * margin < model["native"].post_arrival else "native"
 
 
 def _auto_two_tier(history, nbytes, topology, links):
@@ -71,7 +60,7 @@ def _auto_two_tier(history, nbytes, topology, links):
     model = costs(m, k, nbytes, links.alpha_intra, links.bandwidth_intra,
                   links.alpha_inter, links.bandwidth_inter)
     gap = expected_gap(history)
-    native = min(model["ring"].post_arrival, model["rhd"].post_arrival)
+    native = model["native"].post_arrival
     late = predict_straggler(history, len(topology.node_of))
     candidates = ["stragglar"] + (["hierarchical"] if len(topology.node(late)) > 1 else [])
     best = min(candidates, key=lambda name: model[name].after(gap))

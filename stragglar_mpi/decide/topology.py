@@ -11,9 +11,10 @@ from dataclasses import dataclass
 import numpy as np
 from mpi4py import MPI
 
-from ..run import transport as _transport
+from ..core import tags
+from ..core.exchange import wait
 
-_TAG_PING = 4243
+tags.PING = 4243
 
 
 @dataclass(frozen=True)
@@ -48,7 +49,7 @@ def discover(comm):
     members = MPI.Group.Translate_ranks(node.Get_group(), None, comm.Get_group())
     mine = np.array([min(members)], np.int64)
     leaders = np.empty(comm.Get_size(), np.int64)
-    _transport.wait([comm.Iallgather(mine, leaders)])
+    wait([comm.Iallgather(mine, leaders)])
     firsts = sorted(set(leaders.tolist()))
     node_of = tuple(firsts.index(int(v)) for v in leaders)
     nodes = tuple(tuple(r for r in range(len(node_of)) if node_of[r] == i) for i in range(len(firsts)))
@@ -68,7 +69,7 @@ def measure(comm, topology, small=8, large=1 << 20, reps=3):
             figures[slot:slot + 2] = _pingpong(comm, peer, rank == pair[0], small, large, reps)
         comm.Barrier()
     shared = np.empty(4)
-    _transport.wait([comm.Iallreduce(figures, shared, MPI.MAX)])
+    wait([comm.Iallreduce(figures, shared, MPI.MAX)])
     a1, b1, a2, b2 = shared.tolist()
     if not b1:
         a1, b1 = a2, b2
@@ -95,11 +96,11 @@ def _pingpong(comm, peer, first, small, large, reps):
         for _ in range(reps + 1):      # the first round trip warms up the path
             t0 = MPI.Wtime()
             if first:
-                _transport.wait([comm.Isend(buf, peer, _TAG_PING)])
-                _transport.wait([comm.Irecv(buf, peer, _TAG_PING)])
+                wait([comm.Isend(buf, peer, tags.PING)])
+                wait([comm.Irecv(buf, peer, tags.PING)])
             else:
-                _transport.wait([comm.Irecv(buf, peer, _TAG_PING)])
-                _transport.wait([comm.Isend(buf, peer, _TAG_PING)])
+                wait([comm.Irecv(buf, peer, tags.PING)])
+                wait([comm.Isend(buf, peer, tags.PING)])
             best = min(best, (MPI.Wtime() - t0) / 2)
         times.append(best)
     alpha = times[0]

@@ -48,6 +48,16 @@ class Message:
         """The same memory seen as elements of ``datatype`` (of the same extent)."""
         return Message(self.buf, self.obj, self.address, self.count, datatype, self.extent, self.memory)
 
+    def part(self, offset, count):
+        """A spec of ``count`` elements from element ``offset`` (``region``)."""
+        return region(self.address + offset * self.extent, count, self.datatype, self.extent)
+
+
+def region(address, count, datatype, extent):
+    """The one buffer-spec builder: ``[buffer, count, datatype]`` of ``count`` elements at
+    ``address``, in any memory (MPI gets the pointer)."""
+    return [MPI.buffer.fromaddress(address, count * extent), count, datatype]
+
 
 def is_in_place(sendbuf) -> bool:
     return sendbuf is None or sendbuf is MPI.IN_PLACE

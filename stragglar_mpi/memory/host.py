@@ -18,7 +18,8 @@ import threading
 
 from mpi4py import MPI
 
-_KEPT = []   # scratch that MPI may still write after a failed call: never freed
+from ..core.lifetime import PROCESS
+
 
 
 class Pool:
@@ -85,7 +86,7 @@ class Lease:
             if exc is None:
                 owner.give(buf)
             else:
-                _KEPT.append(buf)
+                PROCESS.keep(buf)      # MPI may still write it: never freed
         self._taken.clear()
         return False
 
@@ -113,7 +114,7 @@ class _Host:
 
 class _HostLease:
     """The host's lease: the communicator's one scratch buffer needs no bookkeeping
-    (a timeout keeps it for good: _allreduce._timed_out)."""
+    (a timeout keeps it for good: call/allreduce._timed_out)."""
 
     __slots__ = ("state",)
 

@@ -18,11 +18,12 @@ import numpy as np
 from mpi4py import MPI
 
 from . import transport as _transport
+from ..core import tags
+from ..memory.buffers import region
 from .plan import compile_plan
 from ..schedule import chunk_bounds, verify
 from ..schedule.hierarchical import hierarchical
 
-_TAG_ACROSS = 32767     # phase-2 rounds use tags 0..32766
 
 
 def applies(topology, straggler) -> bool:
@@ -92,10 +93,6 @@ def _phase1_bytes(topo, schedule, rank, bounds, extent):
     return 2 * _span(bounds, _block(topo.node(rank), rank, schedule.chunks))[1] * extent
 
 
-def _spec(msg_address, offset, count, extent, datatype):
-    return [MPI.buffer.fromaddress(msg_address + offset * extent, count * extent), count, datatype]
-
-
 def _owner(state, schedule, args, bounds, scratch, deadline, wait):
     """Early rank of S's node: ReduceScatter with its neighbours, fold in the other nodes."""
     comm, out, topo = state.private, args.out, state.topology
@@ -110,20 +107,19 @@ def _owner(state, schedule, args, bounds, scratch, deadline, wait):
         off, n = bounds[c]
         pieces.append((slot, off, n))
         src = holders_of(topo, schedule, c)[0]
-        reqs.append(comm.Irecv(_spec(base + slot, 0, n, extent, dt), src, _TAG_ACROSS))
+        reqs.append(comm.Irecv(region(base + slot, n, dt, extent), src, tags.ACROSS))
         slot += n * extent
     sub = state.node_early_comm(schedule.straggler)
     counts = [_span(bounds, _mine(schedule, r))[1] for r in topo.node(schedule.straggler)
               if r != schedule.straggler]
-    whole = _spec(args.src.address, 0, out.count, extent, dt)
-    land = _spec(base, 0, count, extent, dt) if args.in_place else _spec(out.address, offset, count,
-                                                                         extent, dt)
+    whole = region(args.src.address, out.count, dt, extent)
+    land = region(base if args.in_place else out.address + offset * extent, count, dt, extent)
     reqs.append(sub.Ireduce_scatter(whole, land, counts, args.op))
     wait(reqs, deadline, "phase 1 (ReduceScatter in the straggler's node and the other nodes' slices)")
     if args.in_place:
         _bytes(out.address + offset * extent, nbytes)[:] = scratch[:nbytes]
     for slot, off, n in pieces:
-        args.op.Reduce_local(_spec(base + slot, 0, n, extent, dt), _spec(out.address, off, n, extent, dt))
+        args.op.Reduce_local(region(base + slot, n, dt, extent), region(out.address + off * extent, n, dt, extent))
 
 
 def _other_node(state, schedule, args, bounds, scratch, deadline, wait):
@@ -136,26 +132,26 @@ def _other_node(state, schedule, args, bounds, scratch, deadline, wait):
     block = _block(node, rank, schedule.chunks)
     first, count = _span(bounds, block)
     base = MPI.buffer(scratch).address
-    whole = _spec(args.src.address, 0, out.count, extent, dt)
-    request = state.node_comm.Ireduce_scatter(whole, _spec(base, 0, count, extent, dt), counts, args.op)
+    whole = region(args.src.address, out.count, dt, extent)
+    request = state.node_comm.Ireduce_scatter(whole, region(base, count, dt, extent), counts, args.op)
     wait([request], deadline, "phase 1 (ReduceScatter inside the node)")
     def piece(c, area=0):      # chunk c in the block (area 0) or in the landing area after it
-        return _spec(base + area, bounds[c][0] - first, bounds[c][1], extent, dt)
+        return region(base + area + (bounds[c][0] - first) * extent, bounds[c][1], dt, extent)
 
     done = set()
     for _, moves in _tree(topo, schedule, rank, block):
         reqs, folds = [], []
         for c, peer, receive in moves:
             if receive:
-                reqs.append(comm.Irecv(piece(c, count * extent), peer, _TAG_ACROSS))
+                reqs.append(comm.Irecv(piece(c, count * extent), peer, tags.ACROSS))
                 folds.append(c)
             else:
-                reqs.append(comm.Isend(piece(c), peer, _TAG_ACROSS))
+                reqs.append(comm.Isend(piece(c), peer, tags.ACROSS))
                 done.add(c)
         wait(reqs, deadline, "phase 1 (the node's slices across the other nodes)")
         for c in folds:
             args.op.Reduce_local(piece(c, count * extent), piece(c))
-    reqs = [comm.Isend(piece(c), schedule.owners[c], _TAG_ACROSS) for c in block if c not in done]
+    reqs = [comm.Isend(piece(c), schedule.owners[c], tags.ACROSS) for c in block if c not in done]
     wait(reqs, deadline, "phase 1 (the nodes' slices to the straggler's node)")
 
 

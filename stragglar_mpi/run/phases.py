@@ -10,9 +10,10 @@ from functools import lru_cache
 
 from mpi4py import MPI
 
-from . import transport as _transport
+from ..core.exchange import wait as _test_and_yield
 from ..core.errors import Pending
 from .plan import compile_rounds
+from ..memory.buffers import region
 from ..schedule import PHASE1, rank_view
 
 _ORDERED_FLOAT_OPS = {MPI.MAX.handle, MPI.MIN.handle}
@@ -52,14 +53,8 @@ def wait(request, deadline, phase, peers=()):
 
 
 def wait_all(requests, deadline, phase, peers=()):
-    if not _transport.wait(requests, deadline):
+    if not _test_and_yield(requests, deadline):
         raise Pending(peers, phase)
-
-
-def region(address, count, datatype, extent):
-    """A [buffer, count, datatype] spec of ``count`` elements at ``address`` (any memory:
-    MPI gets the pointer)."""
-    return [MPI.buffer.fromaddress(address, count * extent), count, datatype]
 
 
 class Phase1:

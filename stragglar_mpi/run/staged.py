@@ -31,7 +31,6 @@ from ..memory.host import address
 from .plan import IN, OUT, RECV, REDUCE, COPY
 from ..schedule import chunk_bounds
 
-PIPELINED = ("stragglar", "direct", "ring", "rhd")
 
 
 class Staging:

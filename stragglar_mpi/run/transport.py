@@ -9,20 +9,22 @@ extension falls back to it with a one-line warning.
 """
 from __future__ import annotations
 
-import os
 import warnings
 
 from mpi4py import MPI
 
 from ..core import config as _config
 from ..core import features as _features
+from ..core import tags
 from ..core.errors import Mismatch, Pending, size_message
+from ..core.exchange import cancel, unanswered, wait
+from ..memory.buffers import region
 from .plan import COPY, RECV, REDUCE, SEND
 
 try:
-    from . import _interpreter as _p2p
+    from . import _interpreter
 except ImportError as exc:  # a source checkout without the build
-    _p2p = None
+    _interpreter = None
     _IMPORT_ERROR = exc
 else:
     _IMPORT_ERROR = None
@@ -35,7 +37,7 @@ def name(settings=None) -> str:
     choice = (settings or _config.current()).transport
     if choice not in ("cython", "python"):
         raise ValueError(f"STRAGGLAR_TRANSPORT must be 'cython' or 'python', not {choice!r}")
-    if choice == "cython" and _p2p is None:
+    if choice == "cython" and _interpreter is None:
         if not _warned:
             warnings.warn(f"stragglar_mpi: compiled transport unavailable ({_IMPORT_ERROR}); "
                           "using the pure-mpi4py transport", RuntimeWarning, stacklevel=3)
@@ -55,9 +57,9 @@ def execute(plan, addresses, comm, datatype, op, transport, deadline=0.0, local=
     if plan.rows.shape[0] == 0:
         return None
     if transport == "cython":
-        kernel = _p2p.kernel_id(datatype, op)
-        return _p2p.execute(plan.rows, tuple(addresses), comm, datatype, op, plan.max_requests,
-                            kernel, deadline, local, rounds)
+        loop = _interpreter.loop_id(datatype, op)
+        return _interpreter.execute(plan.rows, tuple(addresses), comm, datatype, op, plan.max_requests,
+                            loop, deadline, local, rounds)
     try:
         return _execute_python(plan, addresses, comm, datatype, op, deadline, local or _HostLocal(datatype, op),
                                rounds)
@@ -82,8 +84,8 @@ def _execute_python(plan, addresses, comm, datatype, op, deadline, local, rounds
             current = rnd
         a = addresses[buf] + off
         if kind in (RECV, SEND):
-            spec = [MPI.buffer.fromaddress(a, count * extent), count, datatype]
-            posted.append((_post(comm, kind, spec, peer, rnd % 32768), peer,
+            spec = region(a, count, datatype, extent)
+            posted.append((_post(comm, kind, spec, peer, rnd % tags.ROUND_TAGS), peer,
                            count if kind == RECV else -1, rnd))
         elif kind == REDUCE:
             local.reduce(a, addresses[buf2] + off2, count)
@@ -105,8 +107,9 @@ class _HostLocal:
 
     def reduce(self, a, b, count):
         for start, length in _features.pieces(count):
-            self.op.Reduce_local(_part(a, start, length, self.datatype, self.extent),
-                                 _part(b, start, length, self.datatype, self.extent))
+            skip = start * self.extent
+            self.op.Reduce_local(region(a + skip, length, self.datatype, self.extent),
+                                 region(b + skip, length, self.datatype, self.extent))
 
     def copy(self, a, b, nbytes):
         MPI.buffer.fromaddress(b, nbytes)[:] = MPI.buffer.fromaddress(a, nbytes)
@@ -127,10 +130,6 @@ def _post(comm, kind, spec, peer, tag):
     finally:
         if big is not None:
             big.Free()      # a pending request keeps what it needs
-
-
-def _part(address, start, length, datatype, extent):
-    return [MPI.buffer.fromaddress(address + start * extent, length * extent), length, datatype]
 
 
 def _complete(posted, first, deadline, datatype):
@@ -165,37 +164,3 @@ def _status_error(exc, posted, statuses, datatype):
         if want >= 0 and err not in (MPI.SUCCESS, MPI.ERR_PENDING):
             return Mismatch(size_message(peer, rnd, want, -1, datatype, err))
     return exc
-
-
-def wait(reqs, deadline=0.0, statuses=None) -> bool:
-    """Test and yield until ``reqs`` complete (True) or MPI_Wtime passes ``deadline`` (False)."""
-    while not MPI.Request.Testall(reqs, statuses):
-        if deadline and MPI.Wtime() > deadline:
-            return False
-        os.sched_yield()
-    return True
-
-
-def unanswered(reqs):
-    """Which of ``reqs`` are still pending, each tested once (Testall completes none of
-    them unless it completes all)."""
-    return [bool(r) and not r.Test() for r in reqs]
-
-
-_ABANDONED = []   # buffers of requests given up on: MPI may still touch them, so never freed
-
-
-def cancel(reqs, *buffers):
-    """Cancel what is still posted; free what will not die within half a second.
-    ``buffers`` (the library's own, behind ``reqs``) are kept alive for good."""
-    _ABANDONED.extend(buffers)
-    live = [r for r in reqs if r]
-    for r in live:
-        r.Cancel()
-    until = MPI.Wtime() + 0.5
-    for r in live:
-        while r and not r.Test():
-            if MPI.Wtime() > until:
-                r.Free()
-                break
-            os.sched_yield()

@@ -4,10 +4,11 @@ from __future__ import annotations
 import functools
 
 from .classic import direct, rhd, ring
-from .model import ALGORITHMS, Schedule, ScheduleError, Transfer, chunk_bounds
+from .algorithms import ALGORITHMS, PHASE1
+from .model import Schedule, ScheduleError, Transfer, chunk_bounds
 from .simulate import Simulation, simulate
 from .stragglar import lower_bound_rounds, rank_rounds, synthesize
-from .verify import PHASE1, verify
+from .verify import verify
 
 __all__ = [
     "ALGORITHMS", "PHASE1", "Schedule", "ScheduleError", "Simulation", "Transfer",

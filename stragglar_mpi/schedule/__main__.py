@@ -13,18 +13,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
-import re
 import sys
 import time
 from pathlib import Path
 
 from . import ALGORITHMS, ScheduleError, build, lower_bound_rounds, simulate, verified_rounds
-
-_SIZE_UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
-               "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}
-_TIME_UNITS = {"": 1.0, "S": 1.0, "MS": 1e-3, "US": 1e-6, "NS": 1e-9}
-
+from .units import parse_bandwidth, parse_size, parse_time  # noqa: F401  (the tests read them here too)
 
 def parse_ns(text: str) -> list[int]:
     """'2..256', '4,8,16', '8' or a mix such as '2..8,16'; every n at least 2."""
@@ -42,52 +36,6 @@ def parse_ns(text: str) -> list[int]:
             raise argparse.ArgumentTypeError(f"n must be at least 2, got {first}")
         ns += range(first, last + 1)
     return ns
-
-
-def _quantity(text: str, units: dict, what: str, positive: bool = False) -> float:
-    match = re.fullmatch(r"\s*([0-9.eE+-]+)\s*([A-Za-z]*)\s*", text)
-    if not match or match.group(2).upper() not in units:
-        raise argparse.ArgumentTypeError(f"bad {what} {text!r}; units: {', '.join(units)}")
-    try:
-        value = float(match.group(1)) * units[match.group(2).upper()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"bad {what} {text!r}") from None
-    if not math.isfinite(value) or value < 0 or (positive and value == 0):
-        raise argparse.ArgumentTypeError(f"{what} must be {'above' if positive else 'at least'} 0 "
-                                         f"and finite, got {text!r}")
-    return value
-
-
-def parse_size(text: str) -> float:
-    """Bytes from '1GiB', '64MiB', '4KB', '100'."""
-    return _quantity(text, _SIZE_UNITS, "size", positive=True)
-
-
-def parse_time(text: str) -> float:
-    """Seconds from '3us', '1.5ms', '2s', '0'."""
-    return _quantity(text, _TIME_UNITS, "time")
-
-
-_BIT_UNITS = {"b": 1 / 8, "Kb": 1e3 / 8, "Mb": 1e6 / 8, "Gb": 1e9 / 8, "Tb": 1e12 / 8}
-
-
-def parse_bandwidth(text: str) -> float:
-    """Bytes per second from '450GiB/s', '25GB/s' or, in bits, '100Gb/s' (b = bit, B = byte)."""
-    body = text.strip()
-    body = body[:-2] if body.endswith("/s") else body
-    match = re.fullmatch(r"\s*([0-9.eE+-]+)\s*([kKMGT]?b)(ps)?\s*", body)
-    if match:
-        unit = match.group(2)
-        value = _quantity(match.group(1), {"": 1}, "bandwidth", positive=True)
-        return value * _BIT_UNITS[unit[0].upper() + "b" if len(unit) == 2 else unit]
-    try:
-        return _quantity(body, _SIZE_UNITS, "bandwidth", positive=True)
-    except argparse.ArgumentTypeError as exc:
-        if str(exc).startswith("bandwidth must"):
-            raise
-        raise argparse.ArgumentTypeError(
-            f"bad bandwidth {text!r}: a number and a unit per second, e.g. 450GiB/s, 25GB/s "
-            "(bytes) or 100Gb/s (bits)") from None
 
 
 def _algorithms(text: str) -> list[str]:

@@ -15,9 +15,6 @@ import gc
 import json
 from dataclasses import dataclass, field
 
-ALGORITHMS = ("stragglar", "ring", "rhd", "direct")
-#: Algorithms whose schedule also depends on which ranks share a node (schedule/hierarchical.py).
-TOPOLOGY_ALGORITHMS = ("hierarchical",)
 
 
 class ScheduleError(ValueError):

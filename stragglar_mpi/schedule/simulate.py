@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .model import Schedule
-from .verify import PHASE1
+from .algorithms import PHASE1
 
 __all__ = ["Simulation", "Tiers", "simulate"]
 

@@ -6,10 +6,12 @@ step share its port.  L(x) = ceil(log2 x).
 
 | algorithm | phase 1 (hidden in the delay) | after the last arrival |
 |---|---|---|
+| native (the MPI's own, priced as the better of ring and rhd) | - | min of the two |
 | ring (flat) | - | 2(n-1) (a2 + s/(n b2)) |
 | rhd (flat, n a power of two) | - | 2 L(n) a2 + 2 (n-1)/n s/b2 |
 | hierarchical ring (NCCL, MPICH SMP-aware) | - | 2(k-1)(a1 + s/(k b1)) + 2(m-1)(a2 + s/(k m b2)) |
 | stragglar (flat) | (n-2)(a2 + s/((n-1) b2)) | (n-2+L(n)) (a2 + s/((n-1) b2)) |
+| direct (flat) | 2(n-2)(a2 + s/((n-1) b2)) | L(n) (a2 + s/b2) |
 | hierarchical stragglar | (k-1)(a1 + s/(k b1)) + L(m-1)(a2 + s/(k b2)) + a2 + 2s/(k b2) | k a1 + s/b1 + L(m)(a2 + s/(k b2)) + (1 + [m > 2]) (k-1)(a1 + s/(k b1)) |
 
 Flat algorithms are priced at the slower tier: with nodes in any layout some message
@@ -30,10 +32,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["Cost", "costs", "SYNCHRONOUS", "STRAGGLER_AWARE"]
-
-SYNCHRONOUS = ("ring", "rhd", "hring")
-STRAGGLER_AWARE = ("stragglar", "hierarchical")
+__all__ = ["Cost", "costs", "flat"]
 
 
 @dataclass(frozen=True)
@@ -51,7 +50,8 @@ def _log2(x: int) -> int:
 
 
 def costs(m: int, k: int, s: float, a1: float, b1: float, a2: float, b2: float) -> dict:
-    """name -> Cost for ``m`` nodes of ``k`` ranks (one node or one rank per node: one tier)."""
+    """name -> Cost for ``m`` nodes of ``k`` ranks (one node or one rank per node: one tier).
+    The one cost model: ``auto`` (decide/policy.py) and the report (call/report.py) read it."""
     n = m * k
     if m == 1:
         a2, b2 = a1, b1
@@ -60,12 +60,19 @@ def costs(m: int, k: int, s: float, a1: float, b1: float, a2: float, b2: float) 
         "rhd": Cost(0.0, 2 * _log2(n) * a2 + 2 * (n - 1) / n * s / b2),
         "hring": Cost(0.0, 2 * (k - 1) * (a1 + s / k / b1) + 2 * (m - 1) * (a2 + s / (k * m) / b2)),
     }
+    out["native"] = min(out["ring"], out["rhd"], key=lambda c: c.post_arrival)
     if n >= 2:
         step = a2 + s / max(n - 1, 1) / b2
         out["stragglar"] = Cost((n - 2) * step, (n - 2 + _log2(n)) * step)
+        out["direct"] = Cost(2 * (n - 2) * step, _log2(n) * (a2 + s / b2))
     if m > 1 and k > 1:
         inside = a1 + s / k / b1
         out["hierarchical"] = Cost(
             (k - 1) * inside + _log2(m - 1) * (a2 + s / k / b2) + a2 + 2 * s / k / b2,
             k * a1 + s / b1 + _log2(m) * (a2 + s / k / b2) + (1 + (m > 2)) * (k - 1) * inside)
     return out
+
+
+def flat(n: int, s: float, alpha: float, bandwidth: float) -> dict:
+    """name -> Cost on one tier of links (one node)."""
+    return costs(1, n, s, alpha, bandwidth, alpha, bandwidth)

@@ -11,20 +11,10 @@ from __future__ import annotations
 
 import operator
 
-from .model import ALGORITHMS, TOPOLOGY_ALGORITHMS, Schedule, ScheduleError, gc_paused
+from .algorithms import ALGORITHMS, MULTI_PORT, PHASE1, TOPOLOGY_ALGORITHMS
+from .model import Schedule, ScheduleError, gc_paused
 
-__all__ = ["verify", "verify_field", "check_stragglar_copies", "PHASE1", "MULTI_PORT"]
-
-#: Algorithms whose ranks may talk to several peers in one round (the round is a step
-#: of the plan: a rank posts all its messages of a round at once).
-MULTI_PORT = ("hierarchical",)
-
-#: What each algorithm's ranks did before the schedule starts (``None``: nothing).
-#: "reduce_to_owners": chunk c is reduced over every rank but the straggler at
-#: ``schedule.owners[c]`` (hierarchical: the early ranks of the straggler's node).
-PHASE1 = {"stragglar": "reduce_scatter", "direct": "allreduce", "ring": None, "rhd": None,
-          "hierarchical": "reduce_to_owners"}
-
+__all__ = ["verify", "verify_field", "check_stragglar_copies"]
 
 def verify(schedule: Schedule) -> Schedule:
     """Return ``schedule`` if it implements AllReduce, else raise ``ScheduleError``."""

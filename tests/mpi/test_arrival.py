@@ -14,7 +14,7 @@ import pytest
 from mpi4py import MPI
 
 from stragglar_mpi import Allreduce, stats
-from stragglar_mpi.core.state import state_of
+from stragglar_mpi.call.allreduce import state_of
 
 COUNT = 1 << 20                  # 4 MiB of float32: "auto" looks at arrivals from here up
 DELAY = 0.03                     # enough to hide phase 1 in the default cost model
@@ -94,6 +94,7 @@ def test_arrival_roles_name_the_late_rank_across_nodes(laid_out):
         assert stats(c)["last"]["straggler"] == late, f"call {it}"
 
 
+@pytest.mark.wallclock
 def test_clock_offsets_are_measured_and_gaps_are_not_shifted(laid_out):
     """The offsets the arrival notices subtract follow the shifted clocks, and the
     recorded gap of a 30 ms straggler is 30 ms, not seconds."""
@@ -120,6 +121,7 @@ def test_clock_offsets_are_measured_and_gaps_are_not_shifted(laid_out):
     assert 0.5 * DELAY < record.gap < 0.5, record
 
 
+@pytest.mark.wallclock
 def test_gaps_stay_small_when_nobody_is_late(laid_out):
     """No straggler, whatever the clocks say: every recorded gap is milliseconds (on this
     oversubscribed machine), never the seconds between two ranks' clocks."""

@@ -1,4 +1,4 @@
-"""The compiled entry (cython_src/_bind.pyx): every buffer form, its cache of bindings, mpi4py's errors.
+"""The compiled entry (cython_src/_entry.pyx): every buffer form, its cache of bindings, mpi4py's errors.
 
 A call that repeats an earlier one's arguments hits a binding; whatever changes
 between calls (the memory, the count, the datatype, the op, the arguments, the
@@ -151,7 +151,7 @@ def test_comm_allreduce_shares_the_bindings(comm):
 
 
 def test_a_native_hit_runs_compiled_and_counts(comm, monkeypatch, setenv):
-    from stragglar_mpi.call import allreduce as _allreduce
+    from stragglar_mpi.run import execute as _execute
     c = comm.Dup()
     try:
         send, recv = filled(c, 100), np.empty(100, np.float32)
@@ -161,7 +161,7 @@ def test_a_native_hit_runs_compiled_and_counts(comm, monkeypatch, setenv):
 
         def python_path(*args):
             raise AssertionError("a native hit went through the Python path")
-        monkeypatch.setattr(_allreduce, "_native", python_path)
+        monkeypatch.setattr(_execute, "native", python_path)
         for shift in range(3):
             send[:] = filled(c, 100, shift=shift)
             Allreduce(c, send, recv)
@@ -171,7 +171,6 @@ def test_a_native_hit_runs_compiled_and_counts(comm, monkeypatch, setenv):
         setenv(STRAGGLAR_TIMEOUT="30")            # a timeout needs the tracked path: a new epoch
         with pytest.raises(AssertionError, match="Python path"):
             Allreduce(c, send, recv)
-        monkeypatch.setattr(_allreduce, "_native", _allreduce.__dict__["_native"])
     finally:
         c.Free()
 

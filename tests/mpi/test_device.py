@@ -133,7 +133,7 @@ def test_mixed_host_and_device(comm, path, algorithm):
 def test_one_decision_per_call(comm, path, setenv):
     """A staged call is one call: one role decision and arrival round, one record in
     stats, and the host repeat cache keeps its bindings."""
-    from stragglar_mpi.core.state import state_of
+    from stragglar_mpi.call.allreduce import state_of
     setenv(STRAGGLAR_CUDA_PIECE_BYTES="64")          # 1000 doubles: 125 pieces
     n, c = comm.Get_size(), comm.Dup()
     host, out = np.ones(16), np.zeros(16)
@@ -284,7 +284,7 @@ def test_threads_on_two_communicators(comm, path, setenv, memories):
 
 def test_scratch_is_per_communicator(comm, path):
     """Two communicators never share device or pinned scratch."""
-    from stragglar_mpi.core.state import state_of
+    from stragglar_mpi.call.allreduce import state_of
     n = comm.Get_size()
     comms = [comm.Dup(), comm.Dup()]
     for c in comms:

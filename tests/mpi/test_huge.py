@@ -15,7 +15,7 @@ def test_count_above_2_31(comm, algo):
     send = np.full(count, rank + 1, dtype=np.int8)
     send[-3:] = -1
     recv = np.zeros(count, dtype=np.int8)
-    for _ in range(2 if algo == "native" else 1):   # a native repeat runs from C (_bind)
+    for _ in range(2 if algo == "native" else 1):   # a native repeat runs from C (the compiled entry)
         recv[:] = 0
         Allreduce(comm, send, recv, MPI.SUM, algorithm=algo)
     want = n * (n + 1) // 2

@@ -7,8 +7,9 @@ import pytest
 from mpi4py import MPI
 
 from stragglar_mpi import Allreduce, stats
-from stragglar_mpi.decide.arrival import _TAG_DECISION, coordinator
-from stragglar_mpi.core.state import state_of
+from stragglar_mpi.core.tags import DECISION as _TAG_DECISION
+from stragglar_mpi.decide.arrival import coordinator
+from stragglar_mpi.call.allreduce import state_of
 
 
 def fill(rank, it, count):

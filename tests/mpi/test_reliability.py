@@ -147,7 +147,7 @@ def in_threads(target, argsets):
 
 def test_short_soak_keeps_state_bounded(comm):
     """A short version of tests/perf/soak.py: random calls; nothing grows."""
-    from stragglar_mpi.core.state import state_of
+    from stragglar_mpi.call.allreduce import state_of
 
     n, rank = comm.Get_size(), comm.Get_rank()
     c = comm.Dup()
@@ -185,7 +185,7 @@ def test_early_comms_are_a_bounded_lru(comm, monkeypatch):
     same call on every rank (the straggler keeps the same LRU order), results stay right."""
     needs(3, comm)
     from stragglar_mpi.core import state as _state
-    from stragglar_mpi.core.state import state_of
+    from stragglar_mpi.call.allreduce import state_of
     monkeypatch.setattr(_state, "EARLY_COMMS", 2)
     n, rank = comm.Get_size(), comm.Get_rank()
     c = comm.Dup()

@@ -3,6 +3,7 @@ import io
 import time
 
 import numpy as np
+import pytest
 
 from stragglar_mpi import Allreduce, report
 from stragglar_mpi.core.state import peek
@@ -19,6 +20,7 @@ def rows(text):
     return out
 
 
+@pytest.mark.wallclock
 def test_the_late_rank_is_reported_last_and_late(comm):
     n = comm.Get_size()
     c = comm.Dup()

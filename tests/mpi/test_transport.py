@@ -10,12 +10,12 @@ from stragglar_mpi.run import transport as _transport
 
 
 def test_installed_package_loads_the_compiled_extensions():
-    assert _transport._p2p is not None, f"not loaded: {_transport._IMPORT_ERROR}"
-    assert _allreduce._bind is not None
+    assert _transport._interpreter is not None, f"not loaded: {_transport._IMPORT_ERROR}"
+    assert _allreduce._entry is not None
     if os.environ.get("SMPI_TEST_INSTALLED"):
         assert "site-packages" in stragglar_mpi.__file__, stragglar_mpi.__file__
-        assert "site-packages" in _transport._p2p.__file__, _transport._p2p.__file__
-        assert "site-packages" in _allreduce._bind.__file__, _allreduce._bind.__file__
+        assert "site-packages" in _transport._interpreter.__file__, _transport._interpreter.__file__
+        assert "site-packages" in _allreduce._entry.__file__, _allreduce._entry.__file__
 
 
 def test_point_to_point_round_trip_through_the_extension(comm):
@@ -25,7 +25,7 @@ def test_point_to_point_round_trip_through_the_extension(comm):
     peer = rank ^ 1
     if peer >= n:            # odd size: the last rank talks to itself
         peer = rank
-    got = _transport._p2p.ping(comm, peer, 1000, tag=7)
+    got = _transport._interpreter.ping(comm, peer, 1000, tag=7)
     assert got == bytes((peer + i) % 256 for i in range(1000))
 
 

@@ -12,7 +12,7 @@ import numpy as np
 from mpi4py import MPI
 
 from stragglar_mpi import Allreduce, stats
-from stragglar_mpi.bench.demo import parse_size
+from stragglar_mpi.schedule.units import parse_size
 
 
 def main():

@@ -16,8 +16,8 @@ import time
 
 from mpi4py import MPI
 
-from stragglar_mpi.call import allreduce as _allreduce
-from stragglar_mpi.core.state import state_of
+from stragglar_mpi.decide import roles as _roles
+from stragglar_mpi.call.allreduce import state_of
 
 
 def nodes(comm):
@@ -34,7 +34,7 @@ def timed(comm, state, kind, iters):
     for it in range(iters + 5):
         comm.Barrier()
         t0 = time.perf_counter()
-        _allreduce._roles(state, name, "arrival", 8, n, tracked=tracked)
+        _roles.roles(state, name, "arrival", 8, n, tracked=tracked)
         t = comm.allreduce(time.perf_counter() - t0, op=MPI.MAX)
         if it >= 5:
             samples.append(t)

@@ -25,7 +25,7 @@ import numpy as np
 from mpi4py import MPI
 
 from stragglar_mpi import Allreduce, Comm
-from stragglar_mpi.bench.demo import parse_size
+from stragglar_mpi.schedule.units import parse_size
 
 VARIANTS = ("native", "Allreduce", "Comm.Allreduce")
 

@@ -3,7 +3,7 @@
     python tests/perf/bench_reduce.py
 
 Compares, for b = a (op) b: MPI.Op.Reduce_local (MPICH's loops), a NumPy ufunc
-with out=, and the compiled transport's typed loops (cython_src/_p2p.pyx, the
+with out=, and the compiled transport's typed loops (cython_src/_interpreter.pyx, the
 path the executor takes for float32/64 and int32/64 with SUM, PROD, MAX, MIN).
 Prints GB/s counting 2 reads + 1 write per element; best of several runs.
 """
@@ -12,7 +12,7 @@ import time
 import numpy as np
 from mpi4py import MPI
 
-from stragglar_mpi.run import _interpreter as _p2p
+from stragglar_mpi.run import _interpreter
 
 
 def best(fn, reps):
@@ -32,11 +32,11 @@ def main():
             op = getattr(MPI, opname)
             a = np.ones(nbytes // np.dtype(code).itemsize, code)
             b = np.ones_like(a)
-            kernel = _p2p.kernel_id(dt, op)
+            loop = _interpreter.loop_id(dt, op)
             reps = max(3, min(200, (256 << 20) // nbytes))
             t_mpi = best(lambda: op.Reduce_local([a, dt], [b, dt]), reps)
             t_np = best(lambda: ufunc(a, b, out=b), reps)
-            t_cy = best(lambda: _p2p.reduce_local(a, b, dt, op, kernel), reps)
+            t_cy = best(lambda: _interpreter.reduce_local(a, b, dt, op, loop), reps)
             moved = 3 * nbytes / 1e9
             print(f"{nbytes:>10} {code:>5} {opname:>4} {moved / t_mpi:>13.1f} {moved / t_np:>7.1f} {moved / t_cy:>11.1f}")
 

@@ -16,10 +16,10 @@ import numpy as np
 from mpi4py import MPI
 
 from stragglar_mpi import Allreduce, stats
-from stragglar_mpi.call import allreduce as _allreduce
-from stragglar_mpi.core import state as _state
-from stragglar_mpi.core.state import state_of
-from stragglar_mpi.bench.demo import parse_size
+from stragglar_mpi.core.lifetime import PROCESS
+from stragglar_mpi.run.phases import plan_of
+from stragglar_mpi.call.allreduce import state_of
+from stragglar_mpi.schedule.units import parse_size
 
 CODES = ["f", "d", "i", "q", "b", "B", "h"]
 OPS = [MPI.SUM, MPI.MAX, MPI.MIN, MPI.BXOR, MPI.PROD]
@@ -57,8 +57,8 @@ def one_call(comm, c, rng, it, max_bytes):
 def snapshot(c):
     state = state_of(c)
     return {"rss_mib": round(rss_mib(), 1), "early_comms": len(state.early_comms),
-            "windows": len(_state._WITH_WINDOWS), "fds": len(os.listdir("/proc/self/fd")),
-            "history": len(state.history), "plans": _allreduce._plan.cache_info().currsize,
+            "windows": len(PROCESS.live("arrivals")), "fds": len(os.listdir("/proc/self/fd")),
+            "history": len(state.history), "plans": plan_of.cache_info().currsize,
             "scratch_mib": state._scratch.nbytes / 2**20}
 
 

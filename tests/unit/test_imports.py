@@ -12,13 +12,13 @@ CYTHON = ROOT / "cython_src"
 CYTHON_MODULES = {"_interpreter": "stragglar_mpi.run._interpreter", "_entry": "stragglar_mpi.call._entry"}
 
 
-def module_name(path):
-    parts = path.relative_to(ROOT).with_suffix("").parts
+def module_name(path, root=ROOT):
+    parts = path.relative_to(root).with_suffix("").parts
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def modules():
-    found = {module_name(p): p for p in PACKAGE.rglob("*.py")}
+def modules(package=PACKAGE):
+    found = {module_name(p, package.parent): p for p in package.rglob("*.py")}
     found.update({CYTHON_MODULES[p.stem]: p for p in CYTHON.glob("*.pyx")})
     return found
 
@@ -50,8 +50,8 @@ def imports_of(name, path, known):
     return {t for t in targets if t in known and t != name and t not in enclosing}
 
 
-def graph():
-    known = modules()
+def graph(package=PACKAGE):
+    known = modules(package)
     return {name: imports_of(name, path, known) for name, path in known.items()}
 
 
@@ -96,6 +96,46 @@ def test_the_checker_finds_a_circle():
 def test_lazy_and_cython_imports_count():
     edges = graph()
     assert "stragglar_mpi.core.errors" in edges["stragglar_mpi.run._interpreter"]        # inside a cdef function
-    assert "stragglar_mpi.decide.arrival" in edges["stragglar_mpi.core.state"]     # inside a method
-    assert "stragglar_mpi.memory.device" in edges["stragglar_mpi.call.allreduce"]
-    assert "stragglar_mpi.call.allreduce" not in edges["stragglar_mpi.memory.device"]
+    assert "stragglar_mpi.schedule.verify" in edges["stragglar_mpi.schedule"]           # inside a function
+    assert "stragglar_mpi.memory.device" in edges["stragglar_mpi.run.execute"]
+    assert "stragglar_mpi.run.execute" not in edges["stragglar_mpi.memory.device"]
+
+
+#: The rooms, lowest first: a module may import from its own room and from lower ones.
+#: docs/ARCHITECTURE.md says what each room knows.
+LAYERS = {"schedule": 0, "_version": 0, "core": 1, "memory": 2, "decide": 3, "bind": 4, "run": 5,
+          "call": 6, "__init__": 6, "bench": 7, "__main__": 7}
+
+
+def layer_of(module):
+    """The layer of ``stragglar_mpi.<room>...``; the package itself is its __init__."""
+    parts = module.split(".")
+    return LAYERS[parts[1] if len(parts) > 1 else "__init__"]
+
+
+def upward_imports(edges):
+    """Every import of a higher room, as 'importer -> imported' (empty: the layering holds)."""
+    return sorted(f"{src} (layer {layer_of(src)}) -> {dst} (layer {layer_of(dst)})"
+                  for src, targets in edges.items() for dst in targets
+                  if layer_of(dst) > layer_of(src))
+
+
+def test_every_module_belongs_to_a_room():
+    for name in graph():
+        layer_of(name)      # a KeyError names a module outside every room
+
+
+def test_no_room_imports_a_higher_one():
+    found = upward_imports(graph())
+    assert not found, "upward imports:\n" + "\n".join(found)
+
+
+def test_the_layering_check_finds_a_planted_upward_import(tmp_path):
+    """A copy of the package with one lazy upward import (core -> call) fails the check."""
+    import shutil
+    copy = tmp_path / "stragglar_mpi"
+    shutil.copytree(PACKAGE, copy, ignore=shutil.ignore_patterns("*.so", "__pycache__"))
+    errors = copy / "core" / "errors.py"
+    errors.write_text(errors.read_text() + "\n\ndef _planted():\n    from ..call import report\n")
+    found = upward_imports(graph(copy))
+    assert "stragglar_mpi.core.errors (layer 1) -> stragglar_mpi.call.report (layer 6)" in found

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from mpi4py import MPI
 
-_p2p = pytest.importorskip("stragglar_mpi.run._interpreter", reason="compiled transport not built")
+_interpreter = pytest.importorskip("stragglar_mpi.run._interpreter", reason="compiled transport not built")
 
 SPECIALS = "MPICH" in MPI.Get_library_version()
 TYPES = [("f", MPI.FLOAT), ("d", MPI.DOUBLE), ("i", MPI.INT32_T), ("q", MPI.INT64_T), ("l", MPI.LONG)]
@@ -27,8 +27,8 @@ def test_typed_loop_matches_reduce_local(code, dt, opname):
         a[::7], b[::11], a[3], b[3] = np.nan, np.nan, -0.0, 0.0
     want = b.copy()
     op.Reduce_local([a, dt], [want, dt])
-    kernel = _p2p.kernel_id(dt, op)
-    assert (kernel != 0) == (opname != "BXOR")
+    loop = _interpreter.loop_id(dt, op)
+    assert (loop != 0) == (opname != "BXOR")
     got = b.copy()
-    _p2p.reduce_local(a, got, dt, op, kernel)
+    _interpreter.reduce_local(a, got, dt, op, loop)
     assert got.tobytes() == want.tobytes()

@@ -1,7 +1,7 @@
 """When "auto" records arrivals: pairs that thin out while native wins, every call once a delay pays."""
 from types import SimpleNamespace
 
-from stragglar_mpi.call import allreduce as _allreduce
+from stragglar_mpi.decide import roles as _roles
 from stragglar_mpi.decide.arrival import Arrival
 from stragglar_mpi.decide.policy import SAMPLE_MAX
 
@@ -14,7 +14,7 @@ def tracked_calls(calls, record_for):
     state = SimpleNamespace(auto_calls=0, history=[], next_pair=1, pair_gap=1, tiers=lambda: None)
     tracked = []
     for call in range(1, calls + 1):
-        if _allreduce._sampled(state, N, NBYTES):
+        if _roles.sampled(state, N, NBYTES):
             tracked.append(call)
             state.history.append(record_for(call))
     return tracked

@@ -170,6 +170,7 @@ def test_build_is_cached():
         build("tree", 4)
 
 
+@pytest.mark.wallclock
 def test_synthesize_1024_is_fast():
     from stragglar_mpi.schedule import stragglar
     stragglar._canonical.cache_clear()

@@ -1,0 +1,74 @@
+"""What a call leaves behind on its rank: counters and the last call's times (``stats``)."""
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+from ..core.state import peek
+from ..schedule.algorithms import has_roles
+
+
+@dataclass(frozen=True)
+class CallRecord:
+    """One finished call on this rank (MPI_Wtime values)."""
+    algorithm: str
+    straggler: int | None
+    policy: object           # the caller's straggler= (a rank, "arrival", "predict")
+    t_call: float            # entered the call
+    t_p1: float              # phase 1 ended (t_call without one)
+    first: float | None      # the first message of the plan came (None: no plan)
+    t_end: float             # returned
+    transport: str | None    # "cython", "python"; None for native
+    memory: str = "host"     # the route: "host", "device", "staged"
+
+    def as_dict(self) -> dict:
+        arrived = self.first if self.first is not None else self.t_p1
+        return {
+            "algorithm": self.algorithm,
+            "straggler": self.straggler,
+            "policy": self.policy if has_roles(self.algorithm) else None,
+            "transport": self.transport,
+            "memory": self.memory,
+            "reduce_scatter": self.t_p1 - self.t_call,
+            "wait": arrived - self.t_p1,
+            "post_arrival": self.t_end - arrived,
+            "total": self.t_end - self.t_call,
+        }
+
+
+def record(state, rec: CallRecord):
+    state.calls[rec.algorithm] += 1
+    state.last = rec
+    if state.bindings is not None:
+        state.bindings.last_was_hit = False
+
+
+def _last_native_hit(bindings):
+    """The compiled entry's last native call, which it counts without a record."""
+    return CallRecord("native", None, bindings.policy, bindings.t_call, bindings.t_call, None,
+                      bindings.t_end, None)
+
+
+def stats(comm) -> dict:
+    """Per-communicator counters of this rank's blocking calls: ``calls`` (algorithm ->
+    count) and ``last`` (the last call).  Local: never communicates (before the first
+    call on ``comm`` it is empty)."""
+    state = peek(comm)
+    if state is None:
+        return {"calls": {}, "last": {}}
+    calls, last, bindings = Counter(state.calls), state.last, state.bindings
+    if bindings is not None and bindings.native_calls:
+        calls["native"] += bindings.native_calls
+        if bindings.last_was_hit:
+            last = _last_native_hit(bindings)
+    return {"calls": dict(calls), "last": last.as_dict() if last else {}}
+
+
+def last_end(comm) -> float:
+    """MPI_Wtime at which the last call recorded on ``comm`` returned (0.0: none yet)."""
+    state = peek(comm)
+    if state is None:
+        return 0.0
+    if state.bindings is not None and state.bindings.last_was_hit:
+        return state.bindings.t_end
+    return state.last.t_end if state.last else 0.0

@@ -1,0 +1,40 @@
+"""Every tag the library sends with, in one table.
+
+Round messages of a plan use ``round % ROUND_TAGS`` (0..32766) on the call's private
+duplicate; every other message of the library has a tag of its own here, above those
+or on a communicator of its own.  The setup tags count down from MPI_TAG_UB (at least
+32767 by the standard), so they never meet a round's.
+"""
+from __future__ import annotations
+
+from mpi4py import MPI
+
+ROUND_TAGS = 32767          # a plan's round r sends with tag r % ROUND_TAGS
+ACROSS = 32767              # hierarchical phase 1: slices between nodes (run/hierarchical.py)
+SUBCOMM = 4242              # Create_group of the early ranks (core/state.py)
+NODE_SUBCOMM = 4243         # Create_group of a node without the straggler (core/state.py)
+PING = 4244                 # link measurement between nodes, at setup (decide/topology.py)
+CLOCK = 7301                # clock offsets, at setup (decide/clock.py)
+BENCH_MODEL = 7302          # the benchmark's own link measurement (bench/_model.py)
+BENCH_BOUND = 7303          # the benchmark's exchange bound (bench/_run.py)
+NOTICE, DECISION = 11, 12   # arrival notices and the coordinator's decision, on the arrival duplicate
+
+
+def _top(minus):
+    return MPI.COMM_WORLD.Get_attr(MPI.TAG_UB) - minus
+
+
+def setup():
+    """Presence messages and the straggler-value agreement (on the caller's communicator
+    and the private duplicate)."""
+    return _top(0)
+
+
+def validate():
+    """The cross-rank argument check of STRAGGLAR_VALIDATE under a deadline."""
+    return _top(1)
+
+
+def lane_setup():
+    """The presence check before a lane's first nonblocking operation."""
+    return _top(2)

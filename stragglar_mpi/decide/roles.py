@@ -1,0 +1,90 @@
+"""Roles of one call: which algorithm runs and who plays the straggler, the same on every rank.
+
+Calls that need arrival data ("auto", a policy by name, or a timeout that must name the
+missing ranks) send arrival notices (decide/arrival.py); the others touch nothing.
+``state`` is the communicator's (core/state.py): its arrival table, history, topology.
+"""
+from __future__ import annotations
+
+from ..core import config as _config
+from ..core.errors import Pending
+from ..schedule.algorithms import has_roles
+from . import topology as _topology
+from .arrival import Arrivals
+from .policy import SAMPLE_FIRST, SAMPLE_MAX, auto_algorithm, predict_straggler
+
+
+def setup(state):
+    """The collective part of a new state that this room keeps there (first call only):
+    the arrival table, the nodes and, across several nodes, the link figures."""
+    state.keep_arrivals(Arrivals(state.private))
+    state.topology, state.node_comm = _topology.discover(state.private)
+    if state.topology.flat:
+        return
+    model = _config.current().model
+    if len(model) == 5:
+        state.links = _topology.Links(model[0], model[1], model[3], model[4])
+    else:
+        state.links = _topology.measure(state.private, state.topology)
+
+
+def roles(state, name, policy, nbytes, n, tracked=False, deadline=0.0):
+    """(algorithm, straggler) for this call, the same on every rank; ``Pending`` when the
+    arrival data do not come by ``deadline``."""
+    needs_roles = name == "auto" or (has_roles(name) and isinstance(policy, str))
+    if not (needs_roles or (tracked and n > 1)):
+        return name, (policy if has_roles(name) else None)
+    if name == "auto" and not tracked and not sampled(state, n, nbytes):
+        return "native", None
+    arrivals = state.arrivals()
+    if arrivals.arrive(deadline) is None:
+        raise Pending((), "the arrival notices of the previous call")
+    state.tracked_seq = arrivals.seq
+    previous = arrivals.previous()
+    if previous is not None:
+        state.history.append(previous)
+        if state.log is not None:
+            state.log.arrived(arrivals.seq - 1, previous)
+    try:
+        return _choose(state, arrivals, name, policy, nbytes, n, deadline)
+    finally:
+        arrivals.finish()
+
+
+def _choose(state, arrivals, name, policy, nbytes, n, deadline):
+    if name == "auto":
+        name = auto_algorithm(state.history, n, nbytes, state.tiers())
+    if not has_roles(name):
+        return name, None
+    if policy == "predict":
+        return name, predict_straggler(state.history, n)
+    if policy != "arrival":
+        return name, policy
+    straggler = arrivals.straggler(deadline)
+    if straggler is None:
+        raise Pending((), "the arrival of the early ranks")
+    return name, straggler
+
+
+def sampled(state, n, nbytes):
+    """Whether an "auto" call reads and writes the arrival table.
+
+    Calls are recorded in pairs (the second call of a pair reads the first one's
+    record).  While the records say native, the pairs thin out: the gap between them
+    starts at SAMPLE_FIRST calls and doubles up to SAMPLE_MAX.  Once the newest record
+    shows a delay that would pay, every call is recorded until the history decides, and
+    the gap starts over.  Every rank counts the same calls and reads the same records,
+    so all agree.
+    """
+    state.auto_calls += 1
+    calls, history = state.auto_calls, state.history
+    tiers = state.tiers()
+    if not history or (auto_algorithm([history[-1]], n, nbytes, tiers) != "native"
+                       or auto_algorithm(history, n, nbytes, tiers) != "native"):
+        state.next_pair, state.pair_gap = calls + SAMPLE_FIRST, SAMPLE_FIRST
+        return True
+    if calls == state.next_pair + 1:
+        state.next_pair += state.pair_gap
+        state.pair_gap = min(2 * state.pair_gap, SAMPLE_MAX)
+        return True
+    return calls == state.next_pair

@@ -1,0 +1,60 @@
+"""The MPI's own AllReduce, run for the library (small buffers, ops we do not reduce, auto's pick).
+
+Under a deadline it is an ``Iallreduce`` on the private duplicate waited under it, on
+scratch memory copied out on success: after a timeout the request that cannot be
+cancelled writes there, not into the caller's buffer.
+"""
+from __future__ import annotations
+
+from mpi4py import MPI
+
+from ..core import features as _features
+from ..memory.buffers import region
+from .phases import wait
+
+
+def native(comm, state, args, memory, deadline):
+    if not deadline:
+        for sendbuf, recvbuf in _pieces(args):
+            MPI.Intracomm.Allreduce(comm, sendbuf, recvbuf, args.op)
+        return
+    if not args.out.datatype.is_predefined:
+        sendbuf, recvbuf = _specs(args)
+        request = MPI.Intracomm.Iallreduce(state.private, sendbuf, recvbuf, args.op)
+        wait(request, deadline, "the native AllReduce")
+        return
+    _on_scratch(state, args, memory, deadline)
+
+
+def _specs(args):
+    """(send, receive) specs of the whole call: the caller's own for host memory."""
+    if args.route == "host":
+        return MPI.IN_PLACE if args.in_place else args.sendbuf, args.recvbuf
+    send = MPI.IN_PLACE if args.in_place else args.src.part(0, args.src.count)
+    return send, args.out.part(0, args.out.count)
+
+
+def _pieces(args):
+    """The call's buffers, or on MPI-3.1 above INT_MAX elements pieces that it accepts."""
+    cuts = _features.pieces(args.out.count)
+    if len(cuts) == 1:
+        return [_specs(args)]
+    return [(MPI.IN_PLACE if args.in_place else args.src.part(start, length), args.out.part(start, length))
+            for start, length in cuts]
+
+
+def _on_scratch(state, args, memory, deadline):
+    out, src = args.out, args.src
+    nbytes, dt = out.count * out.extent, out.datatype
+    holes = dt.Get_size() != out.extent       # pair types: keep the caller's padding
+    with memory.lease(state) as lease:
+        scratch = memory.scratch(lease, 2 * nbytes if holes and not args.in_place else nbytes)
+        memory.copy(scratch, (out if holes else src).address, nbytes)
+        send = MPI.IN_PLACE
+        if holes and not args.in_place:
+            send = region(scratch + nbytes, out.count, dt, out.extent)
+            memory.copy(scratch + nbytes, src.address, nbytes)
+        request = MPI.Intracomm.Iallreduce(state.private, send, region(scratch, out.count, dt, out.extent),
+                                           args.op)
+        wait(request, deadline, "the native AllReduce")
+        memory.copy(out.address, scratch, nbytes)

@@ -1,0 +1,93 @@
+"""Decisions on synthetic arrival records (no MPI processes, no sleeps): roles, auto, timeouts."""
+from types import SimpleNamespace
+
+import pytest
+
+from stragglar_mpi.call import allreduce as _allreduce
+from stragglar_mpi.core.errors import Pending, StragglerTimeout
+from stragglar_mpi.decide import roles as _roles
+from stragglar_mpi.decide.arrival import Arrival
+from stragglar_mpi.decide.policy import auto_algorithm, expected_gap, predict_straggler
+
+MiB = 1 << 20
+
+
+def late(rank, gap, n=4):
+    """A record where ``rank`` came ``gap`` seconds after the others (who came at once)."""
+    order = tuple(r for r in range(n) if r != rank) + (rank,)
+    return Arrival(order, (0.0,) * (n - 1) + (gap,))
+
+
+class Table:
+    """An arrival table whose previous call's record is ``previous`` and whose coordinator
+    names ``last`` (None: the deadline passes); ``arrive`` returns None when ``stale``."""
+
+    def __init__(self, previous=None, last=None, stale=False):
+        self.seq, self._previous, self._last, self.stale, self.finished = 5, previous, last, stale, 0
+
+    def arrive(self, deadline):
+        return None if self.stale else 1
+
+    def previous(self):
+        return self._previous
+
+    def straggler(self, deadline):
+        return self._last
+
+    def finish(self):
+        self.finished += 1
+
+
+def state_with(table):
+    return SimpleNamespace(arrivals=lambda: table, tracked_seq=None, history=[], log=None,
+                           broken=None, bindings=None, tiers=lambda: None,
+                           absent_ranks=lambda: [2], scratch=lambda nbytes: bytearray(nbytes))
+
+
+def test_predict_takes_the_rank_that_came_last_most_often():
+    history = [late(1, 0.01), late(3, 0.01), late(3, 0.02), late(2, 0.01)]
+    assert predict_straggler(history, 4) == 3
+    assert predict_straggler([], 4) == 3            # no history: the last rank
+
+
+def test_auto_takes_stragglar_only_when_the_delay_pays():
+    assert auto_algorithm([late(3, 0.5)] * 4, 8, 64 * MiB) == "stragglar"
+    assert auto_algorithm([late(3, 0.0)] * 4, 8, 64 * MiB) == "native"
+    assert auto_algorithm([], 8, 64 * MiB) == "native"
+    assert expected_gap([late(3, 0.1), late(3, 0.3), late(3, 0.2)]) == pytest.approx(0.2)
+
+
+def test_arrival_roles_come_from_the_coordinator_and_the_history_grows():
+    table = Table(previous=late(3, 0.2), last=3)
+    state = state_with(table)
+    assert _roles.roles(state, "stragglar", "arrival", MiB, 4, tracked=True) == ("stragglar", 3)
+    assert state.history == [late(3, 0.2)] and state.tracked_seq == 5 and table.finished == 1
+    assert _roles.roles(state, "stragglar", "predict", MiB, 4, tracked=True) == ("stragglar", 3)
+
+
+def test_a_rank_given_by_number_needs_no_arrival_data():
+    def untouched():
+        raise AssertionError("an untracked call with a given straggler read the arrival table")
+    state = state_with(None)
+    state.arrivals = untouched
+    assert _roles.roles(state, "stragglar", 2, MiB, 4) == ("stragglar", 2)
+    assert _roles.roles(state, "ring", 2, MiB, 4) == ("ring", None)
+
+
+def test_late_notices_of_the_previous_call_raise_a_timeout_on_this_rank():
+    """The previous call's notices did not come by the deadline: StragglerTimeout naming
+    the phase (it used to be a TypeError: a wrong call of the timeout's constructor)."""
+    state = state_with(Table(stale=True))
+    with pytest.raises(Pending) as caught:
+        _roles.roles(state, "stragglar", "arrival", MiB, 4, tracked=True, deadline=1.0)
+    error = _allreduce._failed(state, caught.value, 2.0)
+    assert isinstance(error, StragglerTimeout)
+    assert "the arrival notices of the previous call" in str(error) and error.missing == (2,)
+    assert state.broken == str(error)
+
+
+def test_the_coordinator_not_answering_is_a_timeout_too():
+    state = state_with(Table(previous=late(3, 0.2), last=None))
+    with pytest.raises(Pending) as caught:
+        _roles.roles(state, "stragglar", "arrival", MiB, 4, tracked=True, deadline=1.0)
+    assert caught.value.phase == "the arrival of the early ranks"
