@@ -6,13 +6,14 @@ ranks are made with ``Create_group``, which only the early ranks call: the
 straggler is never waited for while they are built.
 
 Every collective step here runs under the call's deadline (an MPI_Wtime, 0 = none).
-MPI has no nonblocking form of window creation or of ``Create_group``, so each
-blocking step comes after a nonblocking one that proves every member is there:
+MPI has no nonblocking form of ``Create_group`` (nor of the blocking steps of the
+setup), so each blocking step comes after a nonblocking one that proves every member
+is there:
 - the setup (first call): with a deadline, a presence message from every member
-  (zero bytes, on the caller's communicator, tag MPI_TAG_UB) names the ranks that
+  (zero bytes, on the caller's communicator, ``tags.setup()``) names the ranks that
   did not come; then ``Idup`` waited with the deadline; once it completes every
-  member is in the setup, so the key broadcast and the window creation follow at once
-  (in this thread: window creation in a helper thread corrupted memory under MPICH);
+  member is in the setup, so the key broadcast and what the higher rooms make here
+  (``collective``: the arrival table, the topology) follow at once, in this thread;
 - a sub-communicator (first call with a straggler value): every early rank sends
   its straggler value to the other early ranks and waits for theirs with the
   deadline; ``Create_group`` follows when all have come and agree, in a helper

@@ -22,7 +22,7 @@ from .classic import ring
 from .simulate import simulate
 from .stragglar import synthesize
 
-ARRIVAL_ALPHAS = 4      # an arrival notice: two RMA round trips
+ARRIVAL_ALPHAS = 4      # an arrival round of the design before the pipeline (it was two RMA round trips)
 
 
 @dataclass(frozen=True)

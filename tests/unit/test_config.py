@@ -3,6 +3,7 @@ from pathlib import Path
 
 import pytest
 
+from stragglar_mpi import configure
 from stragglar_mpi.core import config as _config
 
 README = Path(__file__).resolve().parents[2] / "README.md"
@@ -98,3 +99,11 @@ def test_a_bad_algorithm_argument_names_the_choices():
 
 def test_the_readme_table_is_the_knob_list():
     assert _config.table() in README.read_text()
+
+
+def test_configure_returns_frozen_settings_with_a_new_epoch():
+    first = configure()
+    second = configure()
+    assert second.epoch == first.epoch + 1 and second == first
+    with pytest.raises(Exception):
+        second.timeout = 3

@@ -1,0 +1,38 @@
+"""The benchmark tool's pure parts (no MPI processes): exact expected values, flags."""
+import numpy as np
+import pytest
+
+from stragglar_mpi.bench import _cli, _data
+
+
+def test_wrong_results_are_counted():
+    period = _data.expected(5, "sum", np.float32)
+    buf = np.empty(3 * _data.BLOCK + 11, np.float32)
+    _data.fill(buf, period)
+    assert _data.count_wrong(buf, period) == 0
+    buf[[0, _data.BLOCK + 3, buf.size - 1]] = _data.POISON
+    assert _data.count_wrong(buf, period) == 3
+
+
+@pytest.mark.parametrize("op", sorted(_data.OPS))
+@pytest.mark.parametrize("dtype", _data.DTYPES)
+def test_expected_is_exact(op, dtype):
+    rows = [_data.contribution(r, op, dtype).astype(np.float64) for r in range(16)]
+    exact = _data.OPS[op][1].reduce(np.stack(rows), axis=0)
+    assert np.array_equal(_data.expected(16, op, dtype).astype(np.float64), exact)
+
+
+def test_flags_parse():
+    assert [_cli.parse_size(s) for s in ("8", "64K", "256M", "1G", "2MiB")] == \
+        [8, 65536, 256 << 20, 1 << 30, 2 << 20]
+    rng = np.random.default_rng(0)
+    assert _cli.parse_delay("200").draw(rng, 0) == 0.2
+    assert _cli.Delay("fixed", 10, per_mib=2).draw(rng, 4 << 20) == pytest.approx(0.018)
+    assert 0.1 <= _cli.parse_delay("uniform:100:300").draw(rng, 0) <= 0.3
+    for bad in ("-1", "uniform:1", "gauss:3", "x"):
+        with pytest.raises(Exception):
+            _cli.parse_delay(bad)
+    args = _cli.parser().parse_args(["-b", "1M", "-e", "256M", "-n", "20", "--min-iters", "5",
+                                     "--shrink-above", "64M"])
+    assert len(_cli.sizes(args)) == 9
+    assert [_cli.iterations(args, s << 20) for s in (64, 128, 256)] == [20, 10, 5]
