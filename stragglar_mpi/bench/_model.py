@@ -4,9 +4,10 @@ from __future__ import annotations
 import numpy as np
 from mpi4py import MPI
 
+from ..core import tags
 from ..schedule import build, simulate
 
-_TAG = 7302
+
 
 
 def link(comm, big: int) -> tuple[float, float]:
@@ -25,11 +26,11 @@ def _half_rtt(comm, nbytes, reps):
     for _ in range(reps if rank < 2 else 0):
         t0 = MPI.Wtime()
         if rank == 0:
-            comm.Send(buf, 1, _TAG)
-            comm.Recv(buf, 1, _TAG)
+            comm.Send(buf, 1, tags.BENCH_MODEL)
+            comm.Recv(buf, 1, tags.BENCH_MODEL)
         else:
-            comm.Recv(buf, 0, _TAG)
-            comm.Send(buf, 0, _TAG)
+            comm.Recv(buf, 0, tags.BENCH_MODEL)
+            comm.Send(buf, 0, tags.BENCH_MODEL)
         best = min(best, (MPI.Wtime() - t0) / 2)
     return comm.bcast(best, root=0)
 

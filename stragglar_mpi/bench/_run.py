@@ -8,13 +8,14 @@ import numpy as np
 from mpi4py import MPI
 
 from .. import Allreduce, stats
+from ..core import tags
 from ..schedule import build
 from ..schedule.algorithms import CHOICES
 from ._data import POISON, count_wrong
 
 LIBRARY = tuple(a for a in CHOICES if a != "native")     # what stats() reports on
 VARIANTS = ("native", "native2") + LIBRARY + ("bound",)
-_TAG = 7303
+
 
 
 @dataclass
@@ -114,7 +115,7 @@ def _bound(ctx, variant, straggler):
     partner = partner_of(ctx, straggler)
     peer = partner if rank == straggler else straggler if rank == partner else None
     if peer is not None:
-        ctx.comm.Sendrecv(ctx.send, peer, _TAG, ctx.recv, peer, _TAG)
+        ctx.comm.Sendrecv(ctx.send, peer, tags.BENCH_BOUND, ctx.recv, peer, tags.BENCH_BOUND)
 
 
 _CALLS = {"native": _native, "native2": _native, "bound": _bound}
