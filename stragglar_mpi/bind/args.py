@@ -10,13 +10,10 @@ import numpy as np
 from mpi4py import MPI
 
 from ..core import config as _config
+from ..core.features import PAIR_TYPES
 from ..memory import device as _device
 from ..memory.buffers import Message, messages
 from ..decide.policy import POLICIES
-
-_PAIR_TYPES = {getattr(MPI, n).handle for n in
-               ("FLOAT_INT", "DOUBLE_INT", "LONG_INT", "SHORT_INT", "LONG_DOUBLE_INT", "TWOINT", "INT_INT")
-               if getattr(MPI, n, MPI.DATATYPE_NULL) != MPI.DATATYPE_NULL}
 
 
 class Args:
@@ -93,7 +90,7 @@ def decide(name, n, out, op, settings=None):
     """The algorithm that will run; every rank reaches the same answer from the same arguments."""
     dt = out.datatype
     if (n == 1 or out.count == 0 or out.address == 0 or not op.Is_commutative()
-            or dt.handle in _PAIR_TYPES or not dt.is_predefined or dt.Get_size() != dt.Get_extent()[1]):
+            or dt.handle in PAIR_TYPES or not dt.is_predefined or dt.Get_size() != dt.Get_extent()[1]):
         return "native"
     if name == "auto" and out.count * dt.Get_size() < (settings or _config.current()).auto_min_bytes:
         return "native"

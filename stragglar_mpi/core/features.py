@@ -52,3 +52,9 @@ def persistent_collectives() -> bool:
     except NotImplementedError:
         return False
     return True
+
+
+#: MPI's pair datatypes (value, index) for MAXLOC/MINLOC: always reduced by the MPI itself.
+PAIR_TYPES = frozenset(getattr(MPI, name).handle for name in
+                       ("FLOAT_INT", "DOUBLE_INT", "LONG_INT", "SHORT_INT", "LONG_DOUBLE_INT", "TWOINT", "INT_INT")
+                       if getattr(MPI, name, MPI.DATATYPE_NULL) != MPI.DATATYPE_NULL)

@@ -22,14 +22,11 @@ from __future__ import annotations
 import numpy as np
 from mpi4py import MPI
 
+from ..core.features import PAIR_TYPES
 from . import cuda as _cuda
 from . import kernels as _kernels
 from . import host as _memory
 from .buffers import is_in_place
-
-_PAIR_NAMES = ("FLOAT_INT", "DOUBLE_INT", "LONG_INT", "SHORT_INT", "LONG_DOUBLE_INT", "TWOINT", "INT_INT")
-_PAIRS = {getattr(MPI, n).handle for n in _PAIR_NAMES
-          if getattr(MPI, n, MPI.DATATYPE_NULL) != MPI.DATATYPE_NULL}
 
 
 def is_device_call(sendbuf, recvbuf) -> bool:
@@ -66,7 +63,7 @@ def _need_numba():
 
 def has_kernel(datatype, op) -> bool:
     """Whether a device kernel reduces (datatype, op)."""
-    if not datatype.is_predefined or datatype.handle in _PAIRS:
+    if not datatype.is_predefined or datatype.handle in PAIR_TYPES:
         return False
     try:
         dtype = np.dtype(datatype.tocode())
