@@ -8,21 +8,26 @@ SCRIPT = '''
 import time
 import numpy as np
 from mpi4py import MPI
-from stragglar_mpi import Allreduce, Comm
+from stragglar_mpi import Allreduce, Comm, report, stats
 comm = Comm(MPI.COMM_WORLD)
-for it in range(8):
+for it in range({calls}):
     comm.Barrier()
-    if comm.Get_rank() == 1:
-        time.sleep(0.01)
+    if comm.Get_rank() == {late}:
+        time.sleep({delay})
     x = np.ones(1024, np.float32)
-    Allreduce(comm, MPI.IN_PLACE, x, straggler="arrival", algorithm="stragglar")
-    assert x[0] == comm.Get_size()
+    Allreduce(comm, MPI.IN_PLACE, x, straggler="arrival", algorithm="{algorithm}")
+    assert x[0] == comm.Get_size() and stats(comm)["last"]["algorithm"] == "{algorithm}"
 '''
+
+
+def late_rank(late, calls=8, delay=0.01, algorithm="stragglar", after=""):
+    """A script where rank ``late`` comes ``delay`` s late to ``calls`` calls."""
+    return SCRIPT.format(late=late, calls=calls, delay=delay, algorithm=algorithm) + after
 
 
 def test_report_at_exit_on_rank_0(tmp_path):
     script = tmp_path / "late_rank_1.py"
-    script.write_text(SCRIPT)
+    script.write_text(late_rank(1))
     out = run_script(3, script, env={"STRAGGLAR_REPORT": "1"})
     assert out.count("stragglar_mpi straggler report: MPI_COMM_WORLD, 3 ranks, 7 recorded calls") == 1
     row = next(line.split() for line in out.splitlines() if line.split()[:1] == ["1"])
@@ -31,23 +36,11 @@ def test_report_at_exit_on_rank_0(tmp_path):
 
 def test_no_report_without_the_setting(tmp_path):
     script = tmp_path / "late_rank_1.py"
-    script.write_text(SCRIPT)
+    script.write_text(late_rank(1))
     assert "straggler report" not in run_script(2, script)
 
 
-HIERARCHICAL = '''
-import time
-import numpy as np
-from mpi4py import MPI
-from stragglar_mpi import Allreduce, Comm, report, stats
-comm = Comm(MPI.COMM_WORLD)
-for it in range(16):
-    comm.Barrier()
-    if comm.Get_rank() == 3:
-        time.sleep(0.02)
-    x = np.full(4096, float(comm.Get_rank()), np.float32)
-    Allreduce(comm, MPI.IN_PLACE, x, straggler="arrival", algorithm="hierarchical")
-    assert x[0] == 6.0 and stats(comm)["last"]["algorithm"] == "hierarchical"
+EVERY_RANK_REPORTS = '''
 text = report(comm)                      # every rank calls it; rank 0 prints it
 assert "stragglar_mpi straggler report" in text
 '''
@@ -58,7 +51,7 @@ def test_report_counts_hierarchical_calls_and_prints_once(tmp_path):
     """4 ranks on 2 emulated nodes, 16 hierarchical calls with rank 3 late: the report is
     printed once, and rank 3's StragglAR column counts the calls it was the straggler of."""
     script = tmp_path / "late_rank_3.py"
-    script.write_text(HIERARCHICAL)
+    script.write_text(late_rank(3, calls=16, delay=0.02, algorithm="hierarchical", after=EVERY_RANK_REPORTS))
     out = run_script(4, script, env={"MPIR_CVAR_NUM_CLIQUES": "2", "UCX_TLS": "tcp,self"})
     assert out.count("stragglar_mpi straggler report: MPI_COMM_WORLD, 4 ranks, 15 recorded calls") == 1
     row = next(line.split() for line in out.splitlines() if line.split()[:1] == ["3"])
