@@ -39,6 +39,7 @@ from ..core.errors import Mismatch, StragglerTimeout
 from ..core.exchange import absent, cancel as _keep_pending, wait as _wait_for
 from ..core import lifetime
 from ..core.lifetime import PROCESS
+from ..core.state import mark_own
 from ..memory import cuda as _cuda
 from ..memory.device import is_device_call
 from . import allreduce as _allreduce
@@ -333,6 +334,7 @@ class _Progress:
         self._comm = None
         self.joined = True
         self.shadow.Set_name(f"{self.shadow.Get_name()} (stragglar_mpi nonblocking)")
+        mark_own(self.shadow)        # its operations run on it: no second duplicate
 
 
 #: Lanes per communicator: operations that may run at once (each lane costs a duplicate,

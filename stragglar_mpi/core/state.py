@@ -1,42 +1,32 @@
 """What the library keeps per communicator, attached to it as an MPI attribute.
 
 Our messages travel on a private duplicate, so a user's point-to-point traffic on
-the same communicator is never matched by ours.  Sub-communicators of the early
-ranks are made with ``Create_group``, which only the early ranks call: the
-straggler is never waited for while they are built.
+the same communicator is never matched by ours.  Phase 1 and phase 2 are plans run on
+that duplicate (run/phases.py), so the library makes no sub-communicator of the early
+ranks; the communicators of one user communicator are the private duplicate, the
+arrival table's duplicate and the node communicator (one ``Split_type``), plus, for
+hierarchical calls, one of each node without its straggler (``node_early_comm``).
 
-Every collective step here runs under the call's deadline (an MPI_Wtime, 0 = none).
-MPI has no nonblocking form of ``Create_group`` (nor of the blocking steps of the
-setup), so each blocking step comes after a nonblocking one that proves every member
-is there:
-- the setup (first call): with a deadline, a presence message from every member
-  (zero bytes, on the caller's communicator, ``tags.setup()``) names the ranks that
-  did not come; then ``Idup`` waited with the deadline; once it completes every
-  member is in the setup, so the key broadcast and what the higher rooms make here
-  (``collective``: the arrival table, the topology) follow at once, in this thread;
-- a sub-communicator (first call with a straggler value): every early rank sends
-  its straggler value to the other early ranks and waits for theirs with the
-  deadline; ``Create_group`` follows when all have come and agree, in a helper
-  thread waited with the deadline.  One that gave up waiting still enters it, from
-  a background thread, once the values come (_agree_on_straggler): so no thread is
-  left blocked in ``Create_group`` when every early rank came, late or not.
+Every collective step here runs under the call's deadline (an MPI_Wtime, 0 = none):
+the setup (first call) with a deadline first waits for a presence message from every
+member (zero bytes, on the caller's communicator, ``tags.setup()``), which names the
+ranks that did not come; then ``Idup`` waited with the deadline; once it completes
+every member is in the setup, so the key broadcast and what the higher rooms make here
+(``collective``: the arrival table, the topology) follow at once, in this thread.
 """
 from __future__ import annotations
 
 import os
-import threading
-from collections import Counter, OrderedDict, deque
+from collections import Counter, deque
 
 import numpy as np
 from mpi4py import MPI
 
 from . import tags
-from .errors import Mismatch, Pending
-from .exchange import Exchange, absent, cancel, wait
+from .errors import Pending
+from .exchange import absent, cancel, wait
 from .lifetime import ARRIVALS, PROCESS
 
-#: Sub-communicators of early ranks kept per user communicator (MPICH has ~2048 context ids).
-EARLY_COMMS = 8
 _SETUP = "the setup of this communicator (its first call)"
 
 
@@ -45,9 +35,8 @@ class State:
     earlier calls' checks (call/_entry.pyx), or None without the build."""
 
     def __init__(self, bindings=None):
-        self.private = None
+        self.private, self.owns_private = None, True
         self.key = None
-        self.early_comms = OrderedDict()  # straggler -> its early ranks' comm (None on it), LRU
         self.calls = Counter()
         self.last = None                  # the last call: a call.record.CallRecord
         self.history = deque(maxlen=64)   # arrival records of earlier tracked calls
@@ -63,10 +52,25 @@ class State:
         self._scratch = np.empty(0, dtype=np.uint8)
         self.pools = {}                   # memory backends' scratch, per operation (_memory.Pool)
 
-    def setup(self, comm, deadline=0.0, collective=None):
+    def setup(self, comm, deadline=0.0, collective=None, private=False):
         """The collective part, in the first call on ``comm`` (see the module's docstring);
         ``collective(state)`` then makes what the higher rooms keep here (the arrival
-        table, the topology: decide/roles.setup)."""
+        table, the topology: decide/roles.setup).  ``private``: ``comm`` is already the
+        library's own (a nonblocking lane's duplicate, every member in it): it serves as
+        the private duplicate, and its owner frees it."""
+        if private:
+            self.private, self.owns_private = comm, False
+        else:
+            self.private = self._duplicate(comm, deadline)
+        # Every member has joined the Idup: what follows cannot wait for long.  The same
+        # key on every member: arrival tables are freed at exit in key order, so ranks
+        # that share several communicators never wait on each other crosswise.
+        self.key = self.private.bcast((MPI.Wtime(), os.getpid(), id(self)), root=0)
+        if collective is not None and self.private.Get_size() > 1:
+            collective(self)
+
+    @staticmethod
+    def _duplicate(comm, deadline):
         if deadline and comm.Get_size() > 1:
             _presence(comm, deadline)
         private, request = MPI.Intracomm.Idup(comm)
@@ -75,13 +79,7 @@ class State:
             others = [r for r in range(comm.Get_size()) if r != comm.Get_rank()]
             raise Pending(others, _SETUP + ": the other ranks did not join its duplicate "
                           "(they may have given up waiting for this rank)")
-        self.private = MPI.Intracomm(private)
-        # Every member has joined the Idup: what follows cannot wait for long.  The same
-        # key on every member: arrival tables are freed at exit in key order, so ranks
-        # that share several communicators never wait on each other crosswise.
-        self.key = self.private.bcast((MPI.Wtime(), os.getpid(), id(self)), root=0)
-        if collective is not None and self.private.Get_size() > 1:
-            collective(self)
+        return MPI.Intracomm(private)
 
     def tiers(self):
         """(topology, links) when the communicator spans nodes, else None (one tier)."""
@@ -123,36 +121,6 @@ class State:
             self._arrivals.free()
         self._arrivals = None
 
-    def early_comm(self, straggler, deadline=0.0):
-        """Intracomm of every rank but ``straggler``, in rank order; None on the straggler.
-
-        Call it on every rank, the straggler too, with the same straggler: the LRU
-        order is then the same on every rank, so an evicted sub-communicator is freed
-        at the same call on all its members (freeing is collective among them).  A
-        miss costs one Create_group among the early ranks (and one Free if full).
-        """
-        comms = self.early_comms
-        if straggler in comms:
-            comms.move_to_end(straggler)
-            return comms[straggler]
-        if len(comms) >= EARLY_COMMS:
-            _, old = comms.popitem(last=False)
-            if old is not None:
-                old.Free()
-        sub = None
-        if self.private.Get_rank() != straggler:
-            group = self.private.Get_group()
-            early = group.Excl([straggler])
-            group.Free()
-            private = self.private      # a thread may call make() after this state is freed
-            make = (lambda: private.Create_group(early, tags.SUBCOMM))
-            _agree_on_straggler(private, straggler, deadline, make)
-            sub = _bounded(make, deadline, f"the sub-communicator of the early ranks (straggler={straggler})",
-                           private)
-            early.Free()                # (kept by a thread that has not finished with it)
-        comms[straggler] = sub
-        return sub
-
     def scratch(self, nbytes):
         if self._scratch.nbytes < nbytes:
             self._scratch = np.empty(nbytes, dtype=np.uint8)
@@ -162,14 +130,13 @@ class State:
         if MPI.Is_finalized():
             return
         self.free_arrivals()
-        for sub in list(self.early_comms.values()) + list(self.node_early.values()):
+        for sub in self.node_early.values():
             if sub is not None:
                 sub.Free()
-        self.early_comms.clear()
         self.node_early.clear()
         if self.node_comm is not None:
             self.node_comm.Free()
-        if self.private is not None and not PROCESS.in_use(self.private):
+        if self.private is not None and self.owns_private:
             self.private.Free()
 
 
@@ -179,91 +146,6 @@ def _presence(comm, deadline):
     missing = absent(comm, deadline, tags.setup())
     if missing:
         raise Pending(missing, _SETUP, missing=missing)
-
-
-def _agree_on_straggler(private, straggler, deadline, make):
-    """Before ``Create_group`` (which blocks): every early rank has come with the same
-    straggler value.  Pending names the early ranks not heard from by ``deadline``;
-    another value raises Mismatch naming the ranks that passed it.
-
-    The rule that keeps ``Create_group`` from blocking for good: an early rank enters
-    it exactly when it has every other early rank's value and they all agree, on time
-    or not.  Values are never withdrawn (the sends are left to complete), so if one
-    rank has them all, every early rank came and each one gets them all too; one that
-    gave up gets them in a background thread that then enters ``Create_group`` (and
-    frees what it made), and the ranks already inside are released."""
-    rank, n = private.Get_rank(), private.Get_size()
-    peers = [r for r in range(n) if r not in (rank, straggler)]
-    mine = np.array([straggler], np.int64)
-    theirs = np.full((len(peers), 1), -1, np.int64)
-    values = Exchange(private, peers, tags.setup(), mine, list(theirs))
-    silent = values.silent(deadline, sends_too=False)
-    _mismatch(rank, straggler, [(r, int(v)) for r, v in zip(peers, theirs[:, 0])
-                                if r not in silent and v != straggler])
-    if silent:
-        _Finisher(values.recvs + values.sends, (mine, theirs), straggler, make, private).start()
-        raise Pending(silent, f"the sub-communicator of the early ranks (first call with straggler={straggler})")
-    PROCESS.linger(values.sends, mine)      # eager: complete, or soon
-
-
-def _mismatch(rank, straggler, other):
-    if other:
-        raise Mismatch(f"stragglar_mpi: straggler= differs across ranks: rank {rank} passed "
-                       f"{straggler}, " + ", ".join(f"rank {r} passed {v}" for r, v in other))
-
-
-class _Finisher(threading.Thread):
-    """After a timed-out agreement: take in the values still to come, then enter
-    ``Create_group`` as the other early ranks may have (see _agree_on_straggler).
-    Polls with a sleep, never spins; stops, cancelling its receives, at exit."""
-
-    def __init__(self, reqs, buffers, straggler, make, comm):
-        super().__init__(daemon=True, name="stragglar_mpi sub-communicator")
-        self.reqs, self.buffers, self.straggler, self.make = reqs, buffers, straggler, make
-        PROCESS.track(self, comm)
-
-    def run(self):
-        while not MPI.Request.Testall(self.reqs):
-            if PROCESS.stop.wait(0.002):
-                cancel(self.reqs, *self.buffers)
-                return
-        if np.all(self.buffers[1] == self.straggler):
-            self.make().Free()
-
-
-def _bounded(make, deadline, phase, comm):
-    """``make()``, a blocking collective, given up at ``deadline``: it runs in a thread
-    that stays blocked (with the state unusable) if the other members gave up after
-    they proved present.  Without a deadline or MPI_THREAD_MULTIPLE, called directly."""
-    if not deadline or MPI.Query_thread() != MPI.THREAD_MULTIPLE:
-        return make()
-    result, lock = [], threading.Lock()
-
-    def run():
-        try:
-            outcome = (True, make())
-        except BaseException as exc:    # handed to the caller's thread
-            outcome = (False, exc)
-        with lock:
-            result.append(outcome)
-            late = len(result) > 1      # the caller gave up first: nobody will use it
-        if late and outcome[0]:
-            outcome[1].Free()
-
-    worker = threading.Thread(target=run, daemon=True, name="stragglar_mpi blocking setup")
-    PROCESS.track(worker, comm)
-    worker.start()
-    while worker.is_alive() and MPI.Wtime() < deadline:
-        worker.join(0.001)
-    with lock:
-        if not result:
-            result.append(None)
-            raise Pending((), phase + ": the other members did not complete it (they may have "
-                          "given up waiting for this rank)")
-    ok, value = result[0]
-    if not ok:
-        raise value
-    return value
 
 
 def _free_arrival_tables():
@@ -282,6 +164,16 @@ def _delete(comm, keyval, state):
 KEYVAL = MPI.Comm.Create_keyval(delete_fn=_delete)
 
 
+#: Marks a communicator the library made for itself (``mark_own``): its state needs no
+#: private duplicate of it.
+OWN = MPI.Comm.Create_keyval()
+
+
+def mark_own(comm):
+    """``comm`` is the library's own, known to every member (a lane's completed Idup)."""
+    comm.Set_attr(OWN, True)
+
+
 def setup_state(comm, deadline=0.0, bindings=None, collective=None) -> State:
     """The state of ``comm``, set up collectively in its first call (under ``deadline``);
     ``bindings`` and ``collective`` are what the call room gives a new one (State.setup).
@@ -293,7 +185,7 @@ def setup_state(comm, deadline=0.0, bindings=None, collective=None) -> State:
         state = State(bindings() if bindings else None)
         comm.Set_attr(KEYVAL, state)
         try:
-            state.setup(comm, deadline, collective)
+            state.setup(comm, deadline, collective, private=bool(comm.Get_attr(OWN)))
         except BaseException as exc:
             state.broken = state.broken or f"its setup failed ({type(exc).__name__}: {exc})"
             raise

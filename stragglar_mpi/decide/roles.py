@@ -18,9 +18,11 @@ def setup(state):
     """The collective part of a new state that this room keeps there (first call only):
     the arrival table, the nodes and, across several nodes, the link figures."""
     state.keep_arrivals(Arrivals(state.private))
-    state.topology, state.node_comm = _topology.discover(state.private)
-    if state.topology.flat:
+    state.topology, node_comm = _topology.discover(state.private)
+    if state.topology.flat:       # nothing hierarchical runs here: no node communicator kept
+        node_comm.Free()
         return
+    state.node_comm = node_comm
     model = _config.current().model
     if len(model) == 5:
         state.links = _topology.Links(model[0], model[1], model[3], model[4])

@@ -14,7 +14,6 @@ from mpi4py import MPI
 from ..core import tags
 from ..core.exchange import wait
 
-tags.PING = 4243
 
 
 @dataclass(frozen=True)

@@ -5,13 +5,14 @@ from mpi4py import MPI
 
 from ..memory import device as _device
 from ..memory.host import HOST
-from ..schedule import PHASE1, chunk_bounds
+from ..core.errors import Pending
+from ..schedule import PHASE1
 from ..schedule.algorithms import CHUNKED
 from . import hierarchical as _hierarchical
 from . import staged as _staged
 from . import transport as _transport
 from .native import native
-from .phases import exactly_commutative, plan_of, start_phase1, wait, wait_all
+from .phases import exactly_commutative, plan_of, wait_all
 
 MEMORY = {"host": HOST, "device": _device.DEVICE}
 
@@ -33,31 +34,32 @@ def execute(comm, state, name, straggler, args, transport, deadline, staging=Non
 
 def run_schedule(state, name, straggler, args, transport, deadline, memory, staging=None):
     """Phase 1 on the early ranks, then this rank's plan, in ``memory`` (a backend);
-    ``staging`` (run/staged.py): told the plan, and when each of its rounds starts."""
+    ``staging`` (run/staged.py): told the plan, and when each of its rounds starts.
+
+    Both phases run on the private duplicate, phase 1's rounds first: a rank's messages
+    of one phase are all posted before those of the next, and MPI keeps the messages
+    of one sender, tag and communicator in order, so the two never cross."""
     comm, out, src = state.private, args.out, args.src
-    dt, extent = out.datatype, out.extent
-    rank, n = comm.Get_rank(), comm.Get_size()
-    chunks, plan = plan_of(name, n, straggler, rank, out.count, extent, args.in_place,
-                           exactly_commutative(args.op, dt), dt.handle)
-    scratch_bytes = plan.scratch_bytes
-    kind = PHASE1.get(name)
-    sub = state.early_comm(straggler, deadline) if kind else None  # every rank: same LRU order
-    staged = bool(deadline)    # after a timeout MPI writes scratch, never the caller's buffer
-    bounds = chunk_bounds(out.count, chunks) if sub is not None else None
-    if sub is not None and (staged or args.in_place):
-        phase1_count = out.count if kind == "allreduce" else max(b[1] for b in bounds)
-        scratch_bytes = max(scratch_bytes, phase1_count * extent)
+    dt = out.datatype
+    rank = comm.Get_rank()
+    chunks, first_plan, plan = plan_of(name, comm.Get_size(), straggler, rank, out.count, out.extent,
+                                       args.in_place, exactly_commutative(args.op, dt), dt.handle)
     if staging is not None:
-        staging.start(plan, chunks, early=sub is not None)
+        staging.start(plan, chunks, early=PHASE1.get(name) is not None and rank != straggler)
+    scratch_bytes = max(plan.scratch_bytes, first_plan.scratch_bytes if first_plan else 0)
     with memory.lease(state) as lease:
-        scratch = memory.scratch(lease, scratch_bytes)
-        if sub is not None:
-            started = start_phase1(sub, kind, bounds, src, out, args.in_place, args.op, scratch, staged)
-            wait(started.request, deadline, f"phase 1 ({kind} among the early ranks)",
-                 [r for r in range(n) if r not in (rank, straggler)])
-            started.finish(memory)
+        addresses = (src.address, out.address, memory.scratch(lease, scratch_bytes))
+        local = memory.local(dt, args.op)
+        if first_plan is not None:
+            _phase1(first_plan, addresses, comm, args, transport, deadline, local, PHASE1[name])
         t_p1 = MPI.Wtime()
-        addresses = (src.address, out.address, scratch)
-        first = _transport.execute(plan, addresses, comm, dt, args.op, transport, deadline,
-                                   memory.local(dt, args.op), staging)
+        first = _transport.execute(plan, addresses, comm, dt, args.op, transport, deadline, local, staging)
     return t_p1, first
+
+
+def _phase1(plan, addresses, comm, args, transport, deadline, local, kind):
+    try:
+        _transport.execute(plan, addresses, comm, args.out.datatype, args.op, transport, deadline, local)
+    except Pending as exc:
+        exc.phase = f"phase 1 ({kind} among the early ranks)"
+        raise

@@ -1,0 +1,87 @@
+"""Phase 1 as rounds of transfers among the early ranks, run by the same interpreter as
+phase 2: no MPI collective, no sub-communicator of the early ranks.
+
+The n-1 early ranks, in rank order, are positions 0..m-1 of a ring (m = n-1); the buffer
+is cut into m chunks, chunk c belonging to position c (StragglAR's early rank c).
+
+- ``reduce_scatter`` (StragglAR): in round k = 0..m-2 position p sends chunk
+  (p-1-k) mod m to position p+1, which folds in its own data.  Chunk c starts at
+  position c+1 and moves one position a round, so after m-1 rounds it reaches position
+  c with every early rank's contribution counted once.
+- ``allreduce`` (direct): the same, then m-1 rounds in which position p copies chunk
+  (p-k) mod m, already complete, on to position p+1: every position holds every chunk.
+
+Each chunk is reduced along one path in a fixed order, so the result depends only on
+(n, straggler): the bits are the same on every run.  The argument above is the proof;
+``verify_phase1`` checks it symbolically (tests/unit/test_phase1.py: every n up to 65).
+A rank's own rounds (``rank_view``) take O(m) time, so no rank builds the whole of it.
+"""
+from __future__ import annotations
+
+from .model import ScheduleError, Transfer
+
+__all__ = ["rank_view", "rounds", "verify_phase1"]
+
+KINDS = ("reduce_scatter", "allreduce")
+
+
+def _positions(n, straggler):
+    early = [r for r in range(n) if r != straggler]
+    return early, len(early)
+
+
+def rounds(kind, n, straggler):
+    """Every transfer of phase 1, round by round, in real ranks."""
+    early, m = _positions(n, straggler)
+    out = [[Transfer(early[p], early[(p + 1) % m], (p - 1 - k) % m, True) for p in range(m)]
+           for k in range(m - 1)]
+    if kind == "allreduce":
+        out += [[Transfer(early[p], early[(p + 1) % m], (p - k) % m) for p in range(m)]
+                for k in range(m - 1)]
+    return out
+
+
+def rank_view(kind, n, straggler, rank):
+    """(chunks, rounds): ``rank``'s transfers of phase 1 round by round (none on the
+    straggler); the same as slicing ``rounds``, in O(m)."""
+    if kind not in KINDS:
+        raise ScheduleError(f"phase 1 must be one of {KINDS}, got {kind!r}")
+    early, m = _positions(n, straggler)
+    if rank == straggler:
+        return max(m, 1), [()] * (2 * (m - 1) if kind == "allreduce" else m - 1)
+    p = early.index(rank)
+    nxt, prv = early[(p + 1) % m], early[(p - 1) % m]
+    mine = [(Transfer(rank, nxt, (p - 1 - k) % m, True), Transfer(prv, rank, (p - 2 - k) % m, True))
+            for k in range(m - 1)]
+    if kind == "allreduce":
+        mine += [(Transfer(rank, nxt, (p - k) % m), Transfer(prv, rank, (p - 1 - k) % m))
+                 for k in range(m - 1)]
+    return max(m, 1), mine
+
+
+def verify_phase1(kind, n, straggler, per_round, chunks):
+    """Raise ScheduleError unless ``per_round`` leaves what phase 2 expects: chunk c at
+    early position c (``reduce_scatter``) or every chunk at every early rank
+    (``allreduce``), reduced over every early rank exactly once; the straggler untouched."""
+    early, m = _positions(n, straggler)
+    full = sum(1 << r for r in early)
+    state = {r: [1 << r] * chunks for r in early}
+    for k, rnd in enumerate(per_round):
+        before = {r: list(v) for r, v in state.items()}
+        for t in rnd:
+            if t.src not in state or t.dst not in state:
+                raise ScheduleError(f"phase 1 round {k}: {t} involves the straggler or no rank")
+            have, got = before[t.dst][t.chunk], before[t.src][t.chunk]
+            if t.reduce:
+                if have & got:
+                    raise ScheduleError(f"phase 1 round {k}: {t} counts a contribution twice")
+                state[t.dst][t.chunk] |= got
+            elif got != full:
+                raise ScheduleError(f"phase 1 round {k}: {t} copies an unfinished chunk")
+            else:
+                state[t.dst][t.chunk] = got
+    for p, r in enumerate(early):
+        wanted = range(chunks) if kind == "allreduce" else [p]
+        for c in wanted:
+            if state[r][c] != full:
+                raise ScheduleError(f"after phase 1 rank {r} lacks contributions to chunk {c}")

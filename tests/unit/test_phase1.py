@@ -1,0 +1,40 @@
+"""Phase 1 as transfers among the early ranks: proved symbolically, and each rank's view
+is its slice of the whole."""
+import pytest
+
+from stragglar_mpi.schedule import ScheduleError, Transfer
+from stragglar_mpi.schedule.phase1 import rank_view, rounds, verify_phase1
+
+
+@pytest.mark.parametrize("kind", ["reduce_scatter", "allreduce"])
+@pytest.mark.parametrize("n", list(range(2, 34)) + [64, 65])
+def test_phase1_leaves_what_phase_2_expects(kind, n):
+    for straggler in sorted({0, n // 2, n - 1}):
+        verify_phase1(kind, n, straggler, rounds(kind, n, straggler), max(n - 1, 1))
+
+
+@pytest.mark.parametrize("kind", ["reduce_scatter", "allreduce"])
+@pytest.mark.parametrize("n", [2, 3, 4, 7, 16])
+def test_rank_view_is_the_slice_of_the_whole(kind, n):
+    straggler = n // 3
+    whole = rounds(kind, n, straggler)
+    for rank in range(n):
+        chunks, mine = rank_view(kind, n, straggler, rank)
+        assert chunks == max(n - 1, 1) and len(mine) == len(whole)
+        for k, rnd in enumerate(whole):
+            assert set(mine[k]) == {t for t in rnd if rank in (t.src, t.dst)}
+
+
+def test_the_check_rejects_broken_phases():
+    n, s = 5, 4
+    good = rounds("reduce_scatter", n, s)
+    with pytest.raises(ScheduleError, match="lacks"):
+        verify_phase1("reduce_scatter", n, s, good[:-1], n - 1)               # a round missing
+    doubled = [list(r) for r in good]
+    doubled[1].append(Transfer(2, 3, 1, True))
+    with pytest.raises(ScheduleError, match="twice"):
+        verify_phase1("reduce_scatter", n, s, good[:2] + [doubled[1]] + good[2:], n - 1)
+    with pytest.raises(ScheduleError, match="unfinished"):
+        verify_phase1("allreduce", n, s, [[Transfer(0, 1, 0)]], n - 1)
+    with pytest.raises(ScheduleError, match="straggler"):
+        verify_phase1("reduce_scatter", n, s, [[Transfer(4, 0, 0, True)]], n - 1)
