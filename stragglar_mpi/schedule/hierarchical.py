@@ -1,72 +1,138 @@
-"""Hierarchical StragglAR: a phase-2 schedule for ranks grouped in nodes.
+"""Hierarchical StragglAR: both phases as schedules for ranks grouped in nodes.
 
 ``nodes`` lists the ranks of each node (any layout: block, cyclic, unequal sizes).
-The straggler S sits on node A with ``k`` ranks; the buffer is cut into ``k`` slices
-(chunks), one per local rank of A.
+The straggler S sits on node A, whose other ranks e_0 .. e_{K-2} (local order) are
+the *owners*.  Lane j is local rank j of every node (j mod the node's size on a
+smaller node); owner e_i carries lane ``local(e_i)`` out of A, so S's own lane is
+unused and every lane starts at an owner.  The buffer is cut into K-1 slices, one
+per owner, and each slice into ``pieces`` equal chunks: chunk i*pieces + w is piece
+w of slice i, owned by e_i (so each owner's chunks are contiguous, in local order).
 
-Phase 1 (during the delay, PHASE1 "reduce_to_owners"): every node but A reduces its
-slices inside the node and sends them across to A, whose early ranks ReduceScatter
-among themselves and fold the other nodes' slices in.  Chunk j is then held by its
-owner, local rank j of A, reduced over every rank but S; S's own slice goes to a
-helper beside it (local rank j_S - 1, or 1 when j_S = 0), so that each owner's
-chunks are contiguous.
+Across nodes every lane runs the same node-level broadcast, ``spread(m, pieces)``:
+in round t node u sends to node u + 2^(t mod d) (mod m, d = ceil(log2 m)) the newest
+piece that node lacks, and node A has piece w from round w.  Each node sends and
+receives at most one piece per round on each lane, every node receives each piece
+once, and all pieces arrive in ``pieces + d - 1`` rounds for most m (at most a few
+more otherwise): the per-NIC traffic stays one slice, and the pipeline fill is
+ceil(log2 m) rounds where a chain would take m - 1.
 
-Phase 2 (after S arrives).  A round is one step of every rank's plan: a rank posts
-all its messages of the round at once (several peers: MULTI_PORT in verify.py) and
-moves on when they are done, so a rank that is served early goes on early.
-- Round 0: S sends its raw slice j to owner j, which reduces, and swaps its own slice
-  with the helper (both reduce).  These are the only reductions, each computed at one
-  place or at both ends from the same operands: every rank ends with the same bits.
-- Round 1: every owner (S for its own slice) sends its finished chunk to the other
-  ranks of A and, on the slice's lane (local rank j mod node size), to the first node
-  without the straggler.  Later rounds double the nodes that hold the chunks (a
-  binomial tree over nodes); across more than two nodes each slice travels in
-  ``pieces_for(m)`` pieces, piece q one round after piece q-1 (a pipeline).
-- Once a node has a piece, its lane rank sends it to the node's other ranks.
-Only finished chunks cross between nodes after the arrival, one way, and each node
-receives the buffer once: for two nodes the step between them is one one-way transfer.
+Phase 2 (after S arrives; ``hierarchical``), piece by piece, each stage one round
+behind the one before it:
+- round w: S sends its raw piece w of every slice to the slice's owner, which reduces;
+- round w+1: each owner copies its finished piece w to every other rank of A (S too)
+  and starts it across on its lane;
+- on every other node the lane rank that receives a piece forwards it as ``spread``
+  says and copies it to the other ranks of its node one round after it arrived.
+The owners' reductions of S's raw data are the only ones, each computed at one place
+(partial (+) raw) and then copied: every rank ends with the same bits.
+
+Phase 1 (while S is late; ``phase1``, algorithm "reduce_to_owners"), the same
+chunks reduced toward their owners, pipelined the same way: on each node the ranks
+send their raw piece w of every slice to its lane rank one round apart (offset o in
+round w + o - 1); the lane ranks of the nodes reduce it along the lane by ``spread``
+run backwards (a node sends each piece once, after its children's partials are in);
+inside A the other owners send theirs to the owner the same way.  Nothing involves S.
+Afterwards e_i holds its chunks reduced over every rank but S, in an order fixed by
+(nodes, straggler, pieces).
+
+``hring`` is the synchronous hierarchical ring as a schedule: ReduceScatter inside
+each node (rank j + o sends its lane block j to lane rank j in step o), a ring
+ReduceScatter and AllGather across nodes on every lane, an AllGather inside.
 """
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
 
 from .model import Schedule, ScheduleError, Transfer, gc_paused
 
-__all__ = ["hierarchical", "owners_of", "helper_of", "pieces_for", "rounds_of"]
+__all__ = ["hierarchical", "phase1", "hring", "owners_of", "pieces_for", "rounds_of", "spread",
+           "rank_rounds"]
+
+#: Pieces are never cut smaller than this many bytes (small buffers stay one piece).
+MIN_PIECE = 256 << 10
+MAX_PIECES = 64
 
 
-def helper_of(local: int) -> int:
-    """The local rank that holds the straggler's slice after phase 1."""
-    return local - 1 if local > 0 else 1
+@functools.lru_cache(maxsize=64)
+def spread(m: int, pieces: int) -> tuple:
+    """Node-level broadcast of ``pieces`` pieces from node 0 to nodes 1 .. m-1:
+    ((round, src, dst, piece), ...).  Node 0 may send piece w from round w on."""
+    if m < 2:
+        return ()
+    d = (m - 1).bit_length()
+    full = (1 << pieces) - 1
+    have, out, t = [0] * m, [], 0
+    while True:
+        if t < pieces:
+            have[0] |= 1 << t
+        if t >= pieces and all(h == full for h in have):
+            return tuple(out)
+        step = 1 << (t % d)
+        sends = []
+        for u in range(m):
+            v = (u + step) % m
+            lack = have[u] & ~have[v]
+            if lack:
+                sends.append((t, u, v, lack.bit_length() - 1))
+        for move in sends:
+            have[move[2]] |= 1 << move[3]
+        out += sends
+        t += 1
+        if t > pieces + 4 * d + 8:   # never seen; the verifier would catch a wrong one anyway
+            raise ScheduleError(f"spread({m}, {pieces}) does not finish")
 
 
-def pieces_for(nodes: int) -> int:
-    """Pieces per slice: one for two nodes; across more, the doubling is pipelined in
-    ceil(log2 nodes) pieces, so that a lane forwards one piece while the next arrives."""
-    return 1 if nodes <= 2 else (nodes - 1).bit_length()
+@functools.lru_cache(maxsize=64)
+def spread_rounds(m: int, pieces: int) -> int:
+    """Rounds of ``spread`` (0 for one node)."""
+    moves = spread(m, pieces)
+    return moves[-1][0] + 1 if moves else 0
 
 
-def owners_of(node: tuple, straggler: int, pieces: int = 1) -> tuple:
-    """The owner of each chunk of the straggler's ``node``: slice j (chunks
-    j*pieces .. j*pieces+pieces-1) belongs to local rank j, S's slice to the helper."""
-    helper = node[helper_of(node.index(straggler))]
-    return tuple(helper if r == straggler else r for r in node for _ in range(pieces))
+@functools.lru_cache(maxsize=64)
+def _arrivals(m: int, pieces: int) -> tuple:
+    """arrive[v][w]: the round of ``spread`` in which node v receives piece w."""
+    arrive = [[0] * pieces for _ in range(m)]
+    for t, _, v, w in spread(m, pieces):
+        arrive[v][w] = t
+    return tuple(map(tuple, arrive))
 
 
-def rounds_of(nodes: int) -> int:
-    """Phase-2 rounds for ``nodes`` nodes: the scatter, ceil(log2 nodes) crossings (the
-    pieces after the first one more each), the share."""
-    return 1 + pieces_for(nodes) - 1 + max(1, (nodes - 1).bit_length()) + 1
+def pieces_for(m: int, k: int = 8, size: float | None = None, links=None) -> int:
+    """Pieces per slice.  Without a size: 1 for two nodes, else ceil(log2 m) (what the
+    runtime gets today).  With ``size`` bytes and ``links`` (a1, b1, a2, b2): the count
+    that minimises the phase-2 closed form (schedule/tiers.py), pieces never below
+    MIN_PIECE bytes."""
+    if size is None:
+        return 1 if m <= 2 else (m - 1).bit_length()
+    from .tiers import hierarchical_cost
+    most = max(1, min(MAX_PIECES, int(size / max(k - 1, 1) / MIN_PIECE)))
+    return min(range(1, most + 1), key=lambda w: hierarchical_cost(m, k, size, *links, w)[1])
 
 
-def hierarchical(nodes, straggler: int) -> Schedule:
-    """The schedule for ``nodes`` (tuples of ranks, local order) with ``straggler`` late."""
-    nodes = tuple(tuple(int(r) for r in node) for node in nodes)
-    return _cached(nodes, int(straggler))
+@dataclass(frozen=True)
+class _Layout:
+    nodes: tuple          # A first, then the others in their order
+    straggler: int
+    early: tuple          # the owners e_i, local order
+    lanes: tuple          # local index of e_i on A
+    pieces: int
+
+    @property
+    def chunks(self) -> int:
+        return len(self.early) * self.pieces
+
+    def lane_rank(self, v: int, i: int) -> int:
+        node = self.nodes[v]
+        return node[self.lanes[i] % len(node)]
+
+    def owners(self) -> tuple:
+        return tuple(e for e in self.early for _ in range(self.pieces))
 
 
-@functools.lru_cache(maxsize=32)
-def _cached(nodes, straggler):
+@functools.lru_cache(maxsize=64)
+def _layout(nodes, straggler, pieces) -> _Layout:
     n = sum(len(node) for node in nodes)
     if sorted(r for node in nodes for r in node) != list(range(n)) or not all(nodes):
         raise ScheduleError(f"nodes must partition ranks 0..{n - 1} into non-empty groups, got {nodes}")
@@ -75,42 +141,221 @@ def _cached(nodes, straggler):
         raise ScheduleError(f"straggler must be in 0..{n - 1}, got {straggler}")
     if len(nodes[home]) < 2:
         raise ScheduleError("hierarchical needs a second rank on the straggler's node")
-    pieces = pieces_for(len(nodes))
+    if not isinstance(pieces, int) or pieces < 1:
+        raise ScheduleError(f"pieces must be an int >= 1, got {pieces!r}")
+    a = nodes[home]
+    early = tuple(r for r in a if r != straggler)
+    order = (a,) + nodes[:home] + nodes[home + 1:]
+    return _Layout(order, straggler, early, tuple(a.index(e) for e in early), pieces)
+
+
+def _normal(nodes, straggler, pieces):
+    nodes = tuple(tuple(int(r) for r in node) for node in nodes)
+    m = len(nodes)
+    return _layout(nodes, int(straggler), pieces_for(m) if pieces is None else int(pieces))
+
+
+def owners_of(nodes, straggler: int, pieces: int | None = None) -> tuple:
+    """The owner of each chunk: piece w of slice i (chunk i*pieces + w) belongs to e_i."""
+    return _normal(nodes, straggler, pieces).owners()
+
+
+def rounds_of(nodes: int, pieces: int | None = None) -> int:
+    """Phase-2 rounds for ``nodes`` nodes: the scatter, ``spread``, the last share."""
+    pieces = pieces_for(nodes) if pieces is None else pieces
+    return max(pieces + 1, 1 + spread_rounds(nodes, pieces) + 1)
+
+
+# ---- phase 2 ------------------------------------------------------------------------------
+
+def hierarchical(nodes, straggler: int, pieces: int | None = None) -> Schedule:
+    """The phase-2 schedule for ``nodes`` (tuples of ranks, local order), ``straggler`` late."""
+    return _phase2(_normal(nodes, straggler, pieces))
+
+
+@functools.lru_cache(maxsize=32)
+def _phase2(lay: _Layout) -> Schedule:
+    n = sum(map(len, lay.nodes))
     with gc_paused():
-        owners = owners_of(nodes[home], straggler, pieces)
-        rounds = [_scatter(nodes[home], straggler, owners, pieces)]
-        rounds += _spread(nodes, home, straggler, owners, pieces)
-    return Schedule("hierarchical", n, straggler, len(owners), [r for r in rounds if r], owners)
+        rounds = _collect(_phase2_moves(lay, None))
+    return Schedule("hierarchical", n, lay.straggler, lay.chunks, rounds, lay.owners())
 
 
-def _scatter(node, straggler, owners, pieces):
-    """S's raw slices to their owners, and S's own slice swapped with the helper."""
-    mine = node.index(straggler)
-    own = range(mine * pieces, (mine + 1) * pieces)
-    return tuple([Transfer(straggler, owners[c], c, True) for c in range(len(owners))]
-                 + [Transfer(owners[c], straggler, c, True) for c in own])
+def rank_rounds(nodes, straggler: int, rank: int, pieces: int | None = None, phase: int = 2):
+    """(chunks, rounds): ``rank``'s own transfers of a phase, round by round, built without
+    the whole schedule (time linear in the rank's transfers, plus ``spread`` once)."""
+    lay = _normal(nodes, straggler, pieces)
+    moves = _phase2_moves(lay, rank) if phase == 2 else _phase1_moves(lay, rank)
+    with gc_paused():
+        return lay.chunks, _collect(moves)
 
 
-def _spread(nodes, home, straggler, owners, pieces):
-    """Copies of finished chunks: inside A at once; across nodes by doubling, piece q of
-    every slice one round after piece q-1; inside every other node once it has arrived."""
-    chunks, mine = len(owners), nodes[home].index(straggler)
-    order = [home] + [i for i in range(len(nodes)) if i != home]
-    # After the swap S holds its own slice finished too: it sends that one, so that the
-    # helper sends no more than the others.
-    holder = {(home, c): straggler if c // pieces == mine else owners[c] for c in range(chunks)}
-    rounds = {0: [Transfer(holder[(home, c)], r, c) for c in range(chunks) for r in nodes[home]
-                  if r not in (owners[c], holder[(home, c)])]}
-    hop, span = 0, 1
-    while span < len(order):
-        for i in range(min(span, len(order) - span)):
-            dst_node = nodes[order[i + span]]
-            for c in range(chunks):
-                dst = dst_node[(c // pieces) % len(dst_node)]
-                rounds.setdefault(hop + c % pieces, []).append(Transfer(holder[(order[i], c)], dst, c))
-                holder[(order[i + span], c)] = dst
-                arrived = hop + c % pieces
-                rounds.setdefault(arrived + 1, []).extend(
-                    Transfer(dst, r, c) for r in dst_node if r != dst)
-        hop, span = hop + 1, span * 2
-    return [tuple(rounds.get(t, ())) for t in range(max(rounds) + 1)]
+def _collect(moves) -> list:
+    """Rounds from (round, src, dst, chunk, reduce) tuples, empty rounds dropped."""
+    by_round: dict[int, list] = {}
+    for r, src, dst, chunk, reduce in moves:
+        by_round.setdefault(r, []).append(Transfer(src, dst, chunk, reduce))
+    return [tuple(by_round[r]) for r in sorted(by_round)]
+
+
+def _phase2_moves(lay: _Layout, rank):
+    """Every transfer of phase 2 (or those of ``rank``) as (round, src, dst, chunk, reduce)."""
+    W, S, a = lay.pieces, lay.straggler, lay.nodes[0]
+    mine = lambda *ranks: rank is None or rank in ranks  # noqa: E731
+    for i, e in enumerate(lay.early):
+        for w in range(W):
+            c = i * W + w
+            if mine(S, e):
+                yield w, S, e, c, True
+            for r in a:
+                if r != e and mine(e, r):
+                    yield w + 1, e, r, c, False
+    yield from _across(lay, rank, _arrivals(len(lay.nodes), W))
+
+
+def _across(lay: _Layout, rank, arrive):
+    """The lanes' broadcast across nodes, and each node's share of what arrived."""
+    W, m = lay.pieces, len(lay.nodes)
+    for t, u, v, w in _spread_of(m, W, lay, rank):
+        for i in range(len(lay.early)):
+            src, dst = lay.lane_rank(u, i), lay.lane_rank(v, i)
+            if rank is None or rank in (src, dst):
+                yield t + 1, src, dst, i * W + w, False
+    for v in range(1, m) if rank is None else _node_index(lay, rank):
+        for i in range(len(lay.early)):
+            src = lay.lane_rank(v, i)
+            for r in lay.nodes[v]:
+                if r != src and (rank is None or rank in (src, r)):
+                    for w in range(W):
+                        yield arrive[v][w] + 2, src, r, i * W + w, False
+
+
+def _node_index(lay: _Layout, rank) -> list:
+    v = next(i for i, node in enumerate(lay.nodes) if rank in node)
+    return [v] if v else []
+
+
+@functools.lru_cache(maxsize=64)
+def _spread_by_node(m: int, pieces: int) -> tuple:
+    by_node = [[] for _ in range(m)]
+    for move in spread(m, pieces):
+        by_node[move[1]].append(move)
+        by_node[move[2]].append(move)
+    return tuple(map(tuple, by_node))
+
+
+def _spread_of(m, W, lay, rank):
+    """The node-level moves that ``rank``'s node takes part in (all for ``rank=None``)."""
+    if rank is None:
+        return spread(m, W)
+    v = next(i for i, node in enumerate(lay.nodes) if rank in node)
+    return _spread_by_node(m, W)[v]
+
+
+# ---- phase 1 ------------------------------------------------------------------------------
+
+def phase1(nodes, straggler: int, pieces: int | None = None) -> Schedule:
+    """The phase-1 schedule ("reduce_to_owners"): afterwards owners[c] holds chunk c
+    reduced over every rank but the straggler, which takes no part."""
+    return _phase1(_normal(nodes, straggler, pieces))
+
+
+@functools.lru_cache(maxsize=32)
+def _phase1(lay: _Layout) -> Schedule:
+    n = sum(map(len, lay.nodes))
+    with gc_paused():
+        rounds = _collect(_phase1_moves(lay, None))
+    return Schedule("reduce_to_owners", n, lay.straggler, lay.chunks, rounds, lay.owners())
+
+
+def _contributors(lay: _Layout, v: int, i: int) -> tuple:
+    """The ranks that send their raw chunks of slice i to its lane rank on node v, in the
+    order of the rounds they send in (node A: the other owners)."""
+    if v == 0:
+        early = lay.early
+        return tuple(early[(i + o) % len(early)] for o in range(1, len(early)))
+    node = lay.nodes[v]
+    local = lay.lanes[i] % len(node)
+    return tuple(node[(local + o) % len(node)] for o in range(1, len(node)))
+
+
+def _phase1_moves(lay: _Layout, rank):
+    """Every transfer of phase 1 (or those of ``rank``) as (round, src, dst, chunk, reduce)."""
+    W, m = lay.pieces, len(lay.nodes)
+    nodes = range(m) if rank is None else [next(i for i, nd in enumerate(lay.nodes) if rank in nd)]
+    for v in nodes:
+        for i in range(len(lay.early)):
+            dst = lay.lane_rank(v, i) if v else lay.early[i]
+            for o, src in enumerate(_contributors(lay, v, i), 1):
+                if rank is None or rank in (src, dst):
+                    for w in range(W):
+                        yield w + o - 1, src, dst, i * W + w, True
+    offset, last = _phase1_offset(lay)
+    for t, u, v, w in _spread_of(m, W, lay, rank):
+        for i in range(len(lay.early)):
+            # spread backwards: piece W-1-w goes from v up to u, adding v's partial
+            src, dst = lay.lane_rank(v, i), lay.lane_rank(u, i)
+            if rank is None or rank in (src, dst):
+                yield offset + last - t, src, dst, i * W + (W - 1 - w), True
+
+
+def _phase1_offset(lay: _Layout) -> tuple:
+    """(offset, last spread round): the reversed spread starts late enough that every
+    lane rank has all of its node's contributions of a piece before it moves it."""
+    m, W = len(lay.nodes), lay.pieces
+    sizes = tuple(len(lay.early) - 1 if v == 0 else len(lay.nodes[v]) - 1 for v in range(m))
+    return _offset(m, W, sizes)
+
+
+@functools.lru_cache(maxsize=64)
+def _offset(m, W, contributors):
+    moves = spread(m, W)
+    last = moves[-1][0] if moves else 0
+    need = 0
+    for t, u, v, w in moves:
+        p = W - 1 - w
+        need = max(need, p + max(contributors[u], contributors[v]) - (last - t))
+    return need, last
+
+
+# ---- the hierarchical ring ----------------------------------------------------------------
+
+def hring(nodes) -> Schedule:
+    """The synchronous hierarchical ring for ``nodes`` (any layout, unequal sizes: the
+    lanes are the local ranks below the smallest node's size)."""
+    nodes = tuple(tuple(int(r) for r in node) for node in nodes)
+    return _hring(nodes)
+
+
+@functools.lru_cache(maxsize=16)
+def _hring(nodes) -> Schedule:
+    n = sum(len(node) for node in nodes)
+    if sorted(r for node in nodes for r in node) != list(range(n)) or not all(nodes):
+        raise ScheduleError(f"nodes must partition ranks 0..{n - 1} into non-empty groups, got {nodes}")
+    with gc_paused():
+        moves = list(_hring_moves(nodes))
+        rounds = _collect(moves)
+    lanes, m = min(map(len, nodes)), len(nodes)
+    return Schedule("hring", n, None, lanes * m, rounds)
+
+
+def _hring_moves(nodes):
+    lanes, m, inside = min(map(len, nodes)), len(nodes), max(map(len, nodes)) - 1
+    block = lambda j: range(j * m, (j + 1) * m)  # noqa: E731
+    for node in nodes:                 # ReduceScatter inside: lane block j to local rank j
+        for j in range(lanes):
+            for o in range(1, len(node)):
+                for c in block(j):
+                    yield o - 1, node[(j + o) % len(node)], node[j], c, True
+    for j in range(lanes):             # a ring per lane across the nodes
+        for t in range(m - 1):
+            for p in range(m):
+                src, dst = nodes[p][j], nodes[(p + 1) % m][j]
+                yield inside + t, src, dst, j * m + (p - t) % m, True
+                yield inside + m - 1 + t, src, dst, j * m + (p + 1 - t) % m, False
+    start = inside + 2 * (m - 1)
+    for node in nodes:                 # AllGather inside
+        for j in range(lanes):
+            for o in range(1, len(node)):
+                for c in block(j):
+                    yield start + o - 1, node[j], node[(j + o) % len(node)], c, False

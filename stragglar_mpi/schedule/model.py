@@ -52,7 +52,7 @@ class Schedule:
     straggler: int | None
     chunks: int
     rounds: tuple[tuple[Transfer, ...], ...] = field(default=())
-    owners: tuple[int, ...] = ()   # "hierarchical": the rank holding chunk c after phase 1
+    owners: tuple[int, ...] = ()   # "hierarchical", "reduce_to_owners": chunk c's rank after phase 1
 
     def __post_init__(self):
         rounds = tuple(tuple(r) for r in self.rounds)

@@ -3,9 +3,18 @@
 A message costs ``alpha + bytes / bandwidth``; transfers between the same pair in
 one round travel as one message.  Ranks are not globally synchronised: a message
 of round r starts as soon as both its ends have finished their messages of
-earlier rounds, so a late rank delays only what depends on it.  Phase 1
-(StragglAR's ReduceScatter, direct's AllReduce among the early ranks) is modelled
-as a ring among the n-1 early ranks that starts when the last of them arrives.
+earlier rounds, so a late rank delays only what depends on it.
+
+One tier (no ``Tiers``): a rank's messages of a round share one port.  Two tiers:
+a rank's link inside its node and its NIC are separate devices, each with a send
+and a receive side; the messages of a round queue on the ports they use (in the
+order they can start), so a rank may send inside and across in the same round.
+``Tiers(..., shared_port=True)`` puts both on one port.
+
+Phase 1 (StragglAR's ReduceScatter, direct's AllReduce among the early ranks) is
+modelled as a ring among the n-1 early ranks that starts when the last of them
+arrives; hierarchical StragglAR's phase 1 is a schedule of its own
+(``hierarchical.phase1``), simulated like phase 2 from each early rank's arrival.
 """
 from __future__ import annotations
 
@@ -34,6 +43,7 @@ class Tiers:
     node_of: tuple
     alpha_inter: float
     bandwidth_inter: float
+    shared_port: bool = False    # True: a rank's messages inside and across share one port
 
 
 def simulate(schedule: Schedule, size_bytes: float, alpha: float, bandwidth: float,
@@ -49,61 +59,86 @@ def simulate(schedule: Schedule, size_bytes: float, alpha: float, bandwidth: flo
     beta = 1.0 / bandwidth
     ready = list(arrivals)
     phase1_end = _phase1(schedule, size_bytes, alpha, beta, ready, tiers)
-    chunk_bytes = size_bytes / schedule.chunks
-    cost = _costs(alpha, beta * chunk_bytes, tiers, chunk_bytes)
-    for rnd in schedule.rounds:
-        ready = _round(rnd, ready, cost)
+    ready = _run(schedule, size_bytes, alpha, beta, ready, tiers)
     finish = max(ready)
     return Simulation(finish, finish - max(arrivals), phase1_end, tuple(ready))
 
 
-def _costs(alpha, chunk_cost, tiers, chunk_bytes):
-    """cost(src, dst) -> (alpha, seconds per chunk) of a message between the two ranks."""
+def _run(schedule, size, alpha, beta, ready, tiers) -> list:
+    """Ready times after every round of ``schedule``."""
+    chunk_bytes = size / schedule.chunks
     if tiers is None:
-        return lambda src, dst: (alpha, chunk_cost)
-    node, inter = tiers.node_of, (tiers.alpha_inter, chunk_bytes / tiers.bandwidth_inter)
-    return lambda src, dst: (alpha, chunk_cost) if node[src] == node[dst] else inter
+        cost = lambda src, dst: (alpha, beta * chunk_bytes)  # noqa: E731
+        for rnd in schedule.rounds:
+            ready = _round(rnd, ready, cost)
+        return ready
+    costs = ((alpha, beta * chunk_bytes), (tiers.alpha_inter, chunk_bytes / tiers.bandwidth_inter))
+    for rnd in schedule.rounds:
+        ready = _round_ports(rnd, ready, tiers.node_of, costs, tiers.shared_port)
+    return ready
+
+
+def _round_ports(rnd, ready: list, node_of, costs, shared: bool) -> list:
+    """Each port (a rank's link inside its node or its NIC, send or receive side) carries
+    its messages one after the other, each from when both ends are ready; a message
+    ends when both its ports have carried their messages (they share the links fairly),
+    a rank when its last message ends."""
+    chunks: dict[tuple[int, int], int] = {}
+    for t in rnd:
+        key = (t.src, t.dst)
+        chunks[key] = chunks.get(key, 0) + 1
+    messages = []
+    for (src, dst), count in chunks.items():
+        inter = node_of[src] != node_of[dst]
+        alpha, chunk_cost = costs[inter]
+        port = 2 * (inter and not shared)
+        start = ready[src] if ready[src] > ready[dst] else ready[dst]
+        messages.append((start, (src, port), (dst, port + 1), alpha + count * chunk_cost))
+    messages.sort()
+    drain: dict[tuple[int, int], float] = {}
+    for start, out, into, busy in messages:
+        for key in (out, into):
+            free = drain.get(key, 0.0)
+            drain[key] = (free if free > start else start) + busy
+    after = list(ready)
+    for _, out, into, _ in messages:
+        end = max(drain[out], drain[into])
+        if end > after[out[0]]:
+            after[out[0]] = end
+        if end > after[into[0]]:
+            after[into[0]] = end
+    return after
 
 
 def _phase1(schedule: Schedule, size: float, alpha: float, beta: float, ready: list,
             tiers=None) -> float:
     """Run phase 1 on the early ranks in place; return when it ends."""
-    kind = PHASE1[schedule.algorithm] if schedule.n > 1 else None
+    kind = PHASE1.get(schedule.algorithm) if schedule.n > 1 else None
     if kind is None:
         return max(ready)
     early = schedule.early
     m = len(early)
     if kind == "reduce_to_owners":
-        end = max(ready[r] for r in early) + _reduce_to_owners(schedule, size, alpha, beta, tiers)
-    else:
-        steps = (m - 1) * (1 if kind == "reduce_scatter" else 2)
-        if tiers is not None:   # a flat ring among the early ranks crosses nodes in some step
-            alpha, beta = max(alpha, tiers.alpha_inter), max(beta, 1.0 / tiers.bandwidth_inter)
-        end = max(ready[r] for r in early) + steps * (alpha + size / m * beta)
+        ready[:] = _run(phase1_of(schedule, tiers), size, alpha, beta, ready, tiers)
+        return max(ready[r] for r in early)
+    steps = (m - 1) * (1 if kind == "reduce_scatter" else 2)
+    if tiers is not None:   # a flat ring among the early ranks crosses nodes in some step
+        alpha, beta = max(alpha, tiers.alpha_inter), max(beta, 1.0 / tiers.bandwidth_inter)
+    end = max(ready[r] for r in early) + steps * (alpha + size / m * beta)
     for r in early:
         ready[r] = end
     return end
 
 
-def _reduce_to_owners(schedule, size, alpha, beta, tiers):
-    """Hierarchical phase 1: a ring ReduceScatter inside each node, then each slice is
-    reduced over the other nodes by a binomial tree and crosses to its owner."""
+def phase1_of(schedule: Schedule, tiers=None) -> Schedule:
+    """The phase-1 schedule that goes with a hierarchical phase-2 ``schedule`` on the
+    nodes of ``tiers`` (ranks in rank order; one node without tiers)."""
+    from .hierarchical import phase1
     node_of = tiers.node_of if tiers is not None else (0,) * schedule.n
-    sizes = {}
-    for r in range(schedule.n):
-        sizes[node_of[r]] = sizes.get(node_of[r], 0) + 1
-    k = max(sizes.values())
-    inside = (k - 1) * (alpha + size / k * beta)
-    if tiers is None or len(sizes) == 1:
-        return inside
-    owned = {}
-    for r in schedule.owners:
-        owned[r] = owned.get(r, 0) + 1
-    piece = size / schedule.chunks
-    tree = (len(sizes) - 2).bit_length() * (tiers.alpha_inter + min(owned.values()) * piece
-                                            / tiers.bandwidth_inter)
-    # the helper, owner of two slices, receives both from the last step
-    return inside + tree + tiers.alpha_inter + max(owned.values()) * piece / tiers.bandwidth_inter
+    firsts = sorted({node_of[r]: r for r in reversed(range(schedule.n))}.items(), key=lambda kv: kv[1])
+    nodes = tuple(tuple(r for r in range(schedule.n) if node_of[r] == v) for v, _ in firsts)
+    pieces = schedule.chunks // len(set(schedule.owners))
+    return phase1(nodes, schedule.straggler, pieces)
 
 
 def _round(rnd, ready: list, cost) -> list:

@@ -1,38 +1,42 @@
 """Two-tier alpha-beta model: what each algorithm costs after the straggler arrives.
 
 ``m`` nodes of ``k`` ranks (n = m*k), a buffer of ``s`` bytes; a message inside a node
-costs ``a1 + bytes/b1``, between nodes ``a2 + bytes/b2``; a rank's messages of one
-step share its port.  L(x) = ceil(log2 x).
+costs ``a1 + bytes/b1``, between nodes ``a2 + bytes/b2``.  A rank's link inside its
+node and its NIC are separate ports (as in the simulator with ``Tiers``): the
+messages of one step queue on the port they use.  L(x) = ceil(log2 x).
 
 | algorithm | phase 1 (hidden in the delay) | after the last arrival |
 |---|---|---|
 | native (the MPI's own, priced as the better of ring and rhd) | - | min of the two |
 | ring (flat) | - | 2(n-1) (a2 + s/(n b2)) |
 | rhd (flat, n a power of two) | - | 2 L(n) a2 + 2 (n-1)/n s/b2 |
-| hierarchical ring (NCCL, MPICH SMP-aware) | - | 2(k-1)(a1 + s/(k b1)) + 2(m-1)(a2 + s/(k m b2)) |
+| hring (hierarchical ring: NCCL, MPICH SMP-aware) | - | 2(k-1)(a1 + s/(k b1)) + 2(m-1)(a2 + s/(k m b2)) |
 | stragglar (flat) | (n-2)(a2 + s/((n-1) b2)) | (n-2+L(n)) (a2 + s/((n-1) b2)) |
 | direct (flat) | 2(n-2)(a2 + s/((n-1) b2)) | L(n) (a2 + s/b2) |
-| hierarchical stragglar | (k-1)(a1 + s/(k b1)) + L(m-1)(a2 + s/(k b2)) + a2 + 2s/(k b2) | k a1 + s/b1 + L(m)(a2 + s/(k b2)) + (1 + [m > 2]) (k-1)(a1 + s/(k b1)) |
+| hierarchical stragglar, W pieces | sum over r < k-1+R of max(x_r c, N [r >= k-1]) | 2 I + R max(I, N) |
+
+with P = s/((k-1) W) (a chunk), c = a1 + P/b1, I = (k-1) c (a rank's share of one
+piece inside its node), N = a2 + P/b2 (one piece across) and R = W + L(m) - 1 (the
+rounds of the lanes' broadcast, schedule/hierarchical.py ``spread``; a few more for
+some m that are not powers of two).  After the arrival S's scatter of the first
+piece (I) fills the pipeline, then every round a piece moves on every stage at once
+(the slower of the node's link and the NIC sets the pace), and the last share (I)
+drains it.  Phase 1: round r of the staggered ReduceScatter inside the nodes carries
+x_r = #{o in 1..k-1 : 0 <= r-o+1 < W} pieces on a rank's link (the senders join one
+by one), and from round k-1 on the lanes reduce a piece across.
+W is chosen by ``pieces_for`` (the phase-2 minimum; never pieces under MIN_PIECE).
+The floor after the arrival: max(s/(b1 + b2), (1 - 1/m) s/(k b2)) (S must send s
+bytes over its two ports; each node's k NICs must take in the buffer).
 
 Flat algorithms are priced at the slower tier: with nodes in any layout some message
-of nearly every step crosses nodes, and a step ends with its slowest message.
-Hierarchical StragglAR (schedule/hierarchical.py): in phase 1 the nodes without S
-reduce each slice over a binomial tree of its lane ranks and send it to its owner
-(the helper, which owns S's slice too, receives two);
-after the arrival S scatters its slices inside its
-node (port-bound: s/b1), each other node receives every slice once across, on its
-lanes, by doubling over nodes (L(m) steps of s/k per lane), and shares them inside
-(k-1 copies of s/k from each lane rank); across more than two nodes the owners'
-copies inside S's node also delay their second crossing.  (That is the cost of whole
-slices; across more than two nodes the schedule pipelines the crossings in pieces:
-up to 20% faster for large buffers, up to 25% slower (more rounds) for small ones.)  The simulator
-(``simulate`` with ``Tiers``) runs the schedules themselves; tests compare the two.
+of nearly every step crosses nodes, and a step ends with its slowest message.  The
+simulator (``simulate`` with ``Tiers``) runs the schedules themselves; tests compare.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["Cost", "costs", "flat"]
+__all__ = ["Cost", "costs", "flat", "floor", "hierarchical_cost"]
 
 
 @dataclass(frozen=True)
@@ -47,6 +51,31 @@ class Cost:
 
 def _log2(x: int) -> int:
     return max(0, (x - 1).bit_length())
+
+
+def floor(m: int, k: int, s: float, b1: float, b2: float) -> float:
+    """No schedule can finish sooner after the arrival (see the module docstring)."""
+    return max(s / (b1 + b2), (1 - 1 / m) * s / (k * b2))
+
+
+def hierarchical_cost(m, k, s, a1, b1, a2, b2, pieces) -> tuple:
+    """(phase 1, post-arrival) of hierarchical StragglAR with ``pieces`` pieces a slice."""
+    chunk = s / (max(k - 1, 1) * pieces)
+    c = a1 + chunk / b1
+    inside, across = (k - 1) * c, a2 + chunk / b2
+    rounds = pieces + _log2(m) - 1 if m > 1 else 0
+    pace = max(inside, across) if m > 1 else inside
+    return _phase1(k, pieces, c, across, rounds), 2 * inside + rounds * pace
+
+
+def _phase1(k, pieces, c, across, rounds):
+    """Round r of the staggered ReduceScatter carries the pieces of senders o = 1..k-1
+    with 0 <= r - o + 1 < pieces; from round k-1 on the lanes also move a piece across."""
+    total = 0.0
+    for r in range(k - 1 + rounds):
+        senders = min(k - 1, r + 1) - max(1, r - pieces + 2) + 1
+        total += max(max(senders, 0) * c, across if r >= k - 1 else 0.0)
+    return total
 
 
 def costs(m: int, k: int, s: float, a1: float, b1: float, a2: float, b2: float) -> dict:
@@ -66,10 +95,9 @@ def costs(m: int, k: int, s: float, a1: float, b1: float, a2: float, b2: float) 
         out["stragglar"] = Cost((n - 2) * step, (n - 2 + _log2(n)) * step)
         out["direct"] = Cost(2 * (n - 2) * step, _log2(n) * (a2 + s / b2))
     if m > 1 and k > 1:
-        inside = a1 + s / k / b1
-        out["hierarchical"] = Cost(
-            (k - 1) * inside + _log2(m - 1) * (a2 + s / k / b2) + a2 + 2 * s / k / b2,
-            k * a1 + s / b1 + _log2(m) * (a2 + s / k / b2) + (1 + (m > 2)) * (k - 1) * inside)
+        from .hierarchical import pieces_for
+        pieces = pieces_for(m, k, s, (a1, b1, a2, b2))
+        out["hierarchical"] = Cost(*hierarchical_cost(m, k, s, a1, b1, a2, b2, pieces))
     return out
 
 

@@ -5,13 +5,16 @@ as an int bitmask.  A reducing transfer adds the sender's set to the
 receiver's and fails if the two overlap (a contribution counted twice); a copy
 must carry a fully reduced chunk.  All transfers of a round read the state at
 the start of the round.  At the end every rank must hold every chunk reduced
-over all ``n`` ranks, so a missing contribution fails too.
+over all ``n`` ranks, so a missing contribution fails too.  A "reduce_to_owners"
+schedule (hierarchical StragglAR's phase 1) starts from the ranks' own contributions
+and must end with ``owners[c]`` holding chunk c reduced over every rank but the
+straggler, which takes no part in it.
 """
 from __future__ import annotations
 
 import operator
 
-from .algorithms import ALGORITHMS, MULTI_PORT, PHASE1, TOPOLOGY_ALGORITHMS
+from .algorithms import ALGORITHMS, MULTI_PORT, PHASE1, SCHEDULE_ONLY, TOPOLOGY_ALGORITHMS
 from .model import Schedule, ScheduleError, gc_paused
 
 __all__ = ["verify", "verify_field", "check_stragglar_copies"]
@@ -29,12 +32,15 @@ def _verify(schedule: Schedule) -> Schedule:
     one_chunk = schedule.algorithm in ("stragglar", "hierarchical")
     for r, rnd in enumerate(schedule.rounds):
         columns = _columns(rnd)
-        if schedule.algorithm in MULTI_PORT:
+        if schedule.algorithm in MULTI_PORT + ("reduce_to_owners",):
             _check_multi_port(schedule, r, rnd)
         elif not _ports_ok(schedule, columns, one_chunk):
             _check_ports(schedule, r, rnd, one_chunk)  # finds and names the culprit
         _apply(state, r, columns, full)
-    _check_complete(state, full)
+    if schedule.algorithm == "reduce_to_owners":
+        _check_owners(schedule, state)
+    else:
+        _check_complete(state, full)
     return schedule
 
 
@@ -68,12 +74,12 @@ def _ports_ok(s: Schedule, columns, one_chunk: bool) -> bool:
 
 
 def _check_header(s: Schedule) -> None:
-    if s.algorithm not in ALGORITHMS + TOPOLOGY_ALGORITHMS:
+    if s.algorithm not in ALGORITHMS + TOPOLOGY_ALGORITHMS + SCHEDULE_ONLY:
         raise ScheduleError(f"unknown algorithm {s.algorithm!r}; "
-                            f"expected one of {ALGORITHMS + TOPOLOGY_ALGORITHMS}")
+                            f"expected one of {ALGORITHMS + TOPOLOGY_ALGORITHMS + SCHEDULE_ONLY}")
     if s.n < 1:
         raise ScheduleError(f"n must be >= 1, got {s.n}")
-    if s.algorithm in ("stragglar", "direct", "hierarchical"):
+    if s.algorithm in ("stragglar", "direct", "hierarchical", "reduce_to_owners"):
         if s.straggler is None or not 0 <= s.straggler < s.n:
             raise ScheduleError(f"{s.algorithm} needs a straggler in 0..{s.n - 1}, got {s.straggler}")
     expected = {"stragglar": max(s.n - 1, 1), "direct": 1, "ring": s.n}.get(s.algorithm)
@@ -81,7 +87,7 @@ def _check_header(s: Schedule) -> None:
         raise ScheduleError(f"{s.algorithm} with n={s.n} has {expected} chunks, got {s.chunks}")
     if s.chunks < 1:
         raise ScheduleError(f"chunks must be >= 1, got {s.chunks}")
-    if PHASE1.get(s.algorithm) == "reduce_to_owners" and (
+    if "reduce_to_owners" in (s.algorithm, PHASE1.get(s.algorithm)) and (
             len(s.owners) != s.chunks or s.straggler in s.owners
             or not all(0 <= r < s.n for r in s.owners)):
         raise ScheduleError(f"{s.algorithm} needs one owner per chunk, none of them the "
@@ -91,7 +97,7 @@ def _check_header(s: Schedule) -> None:
 def _precondition(s: Schedule) -> list[list[int]]:
     """Contribution sets held before round 0, as the ``algorithm`` field says."""
     state = [[1 << r] * s.chunks for r in range(s.n)]
-    if s.n == 1 or PHASE1[s.algorithm] is None:
+    if s.n == 1 or PHASE1.get(s.algorithm) is None:
         return state
     early_mask = ((1 << s.n) - 1) & ~(1 << s.straggler)
     if PHASE1[s.algorithm] == "reduce_scatter":
@@ -104,6 +110,19 @@ def _precondition(s: Schedule) -> list[list[int]]:
         for rank in s.early:
             state[rank] = [early_mask] * s.chunks
     return state
+
+
+def _check_owners(s: Schedule, state: list[list[int]]) -> None:
+    """Phase 1's postcondition: chunk c at owners[c], reduced over all but the straggler."""
+    early = ((1 << s.n) - 1) & ~(1 << s.straggler)
+    for c, rank in enumerate(s.owners):
+        if state[rank][c] != early:
+            raise ScheduleError(f"after the last round owner {rank} holds chunk {c} with "
+                                f"contributions {_ranks(state[rank][c])}, not every rank but "
+                                f"the straggler {s.straggler}")
+    late = next((t for rnd in s.rounds for t in rnd if s.straggler in (t.src, t.dst)), None)
+    if late is not None:
+        raise ScheduleError(f"the straggler {s.straggler} takes part in phase 1: {late}")
 
 
 def _check_ports(s: Schedule, r: int, rnd, one_chunk: bool) -> None:
