@@ -1,11 +1,14 @@
 """Command line: show, verify and simulate schedules.
 
     python -m stragglar_mpi.schedule show --n 8
+    python -m stragglar_mpi.schedule show --algorithm hierarchical --n 16 --node-size 8 --json
+    python -m stragglar_mpi.schedule show --algorithm hierarchical --n 16 --node-size 8 --phase 1
+    python -m stragglar_mpi.schedule show --algorithm hring --n 16 --node-size 8
     python -m stragglar_mpi.schedule verify --n 2..256
     python -m stragglar_mpi.schedule simulate --n 4,8,16,32,64,128,256 \\
         --size 1GiB --alpha 3us --bandwidth 450GiB/s
-    python -m stragglar_mpi.schedule simulate --node-size 8 --n 16,32,64,128,256,512,1024 \\
-        --bandwidth 450GB/s --alpha-inter 5us --bandwidth-inter 50GB/s
+    python -m stragglar_mpi.schedule simulate --node-size 8 --n 16,32,128,1024 --size 1GiB \\
+        --alpha 3us --bandwidth 450GB/s --alpha-inter 5us --bandwidth-inter 50GB/s
     python -m stragglar_mpi.schedule staged --n 8 --size 64MiB --piece 4MiB \\
         --alpha 3us --bandwidth 25GB/s --copy-bandwidth 50GB/s
 """
@@ -58,9 +61,34 @@ def _positive_int(text: str) -> int:
 
 def cmd_show(args) -> int:
     for n in args.n:
-        schedule = build(args.algorithm, n, args.straggler)
+        schedule = _two_tier_schedule(args, n) if args.algorithm in _TOPOLOGY else build(
+            args.algorithm, n, args.straggler)
         print(schedule.to_json(indent=1) if args.json else schedule)
     return 0
+
+
+_TOPOLOGY = ("hierarchical", "hring")
+
+
+def _layout(n: int, k: int, layout: str) -> tuple:
+    if not k or n % k:
+        raise SystemExit(f"--node-size must divide --n {n} for {layout} nodes, got {k}")
+    m = n // k
+    if layout == "cyclic":
+        return tuple(tuple(range(i, n, m)) for i in range(m))
+    return tuple(tuple(range(i * k, (i + 1) * k)) for i in range(m))
+
+
+def _two_tier_schedule(args, n: int):
+    """hierarchical (phase 2, or phase 1 with --phase 1) or hring on nodes of --node-size."""
+    from .hierarchical import hierarchical, hring, phase1
+    from .verify import verify
+    nodes = _layout(n, args.node_size, args.layout)
+    if args.algorithm == "hring":
+        return verify(hring(nodes))
+    straggler = n - 1 if args.straggler is None else args.straggler
+    make = phase1 if args.phase == 1 else hierarchical
+    return verify(make(nodes, straggler, args.pieces))
 
 
 def cmd_verify(args) -> int:
@@ -131,50 +159,73 @@ def _table(names, ns, cost, delay_of, field) -> None:
               + f" {speedup:>8.2f}")
 
 
-_TIER_NAMES = ("hierarchical", "hring", "stragglar", "rhd", "ring")
+_FLAT_NAMES = ("stragglar", "rhd", "ring")
 
 
 def _simulate_tiers(args) -> int:
     """Nodes of --node-size ranks (block layout), two tiers of links; the last rank late."""
-    from .hierarchical import hierarchical
     from .simulate import Tiers
-    from .tiers import costs
+    from .tiers import costs, floor
     k = args.node_size
     bad = [n for n in args.n if n % k or n // k < 2]
     if bad:
         raise SystemExit(f"--n must be multiples of --node-size {k}, at least two nodes: {bad}")
     a2 = args.alpha if args.alpha_inter is None else args.alpha_inter
     b2 = args.bandwidth if args.bandwidth_inter is None else args.bandwidth_inter
+    links = (args.alpha, args.bandwidth, a2, b2)
     print(f"nodes of {k} ranks; size={args.size:.0f} B; inside alpha={args.alpha:g} s "
           f"bandwidth={args.bandwidth:.4g} B/s; between alpha={a2:g} s bandwidth={b2:.4g} B/s")
-    print("times in ms; hring = hierarchical ring (closed form); the others simulated; "
-          "speedup = hring / hierarchical")
+    print("times in ms, simulated (a rank's link inside its node and its NIC are separate ports);"
+          " hring = hierarchical ring (closed form, = its simulated schedule); floor = "
+          "max(s/(b1+b2), (1-1/m) s/(k b2)); W = pieces per slice (the model's choice)")
     rows = []
     for n in args.n:
         m = n // k
-        nodes = tuple(tuple(range(i * k, (i + 1) * k)) for i in range(m))
         tiers = Tiers(tuple(r // k for r in range(n)), a2, b2)
-        model = costs(m, k, args.size, args.alpha, args.bandwidth, a2, b2)
-        late, prompt = {}, {}
-        for name in _TIER_NAMES:
-            if name == "hring":
-                late[name] = prompt[name] = model[name].post_arrival
-                continue
-            schedule = hierarchical(nodes, n - 1) if name == "hierarchical" else build(name, n)
-            late[name] = simulate(schedule, args.size, args.alpha, args.bandwidth,
-                                  [0.0] * (n - 1) + [1e3], tiers).post_arrival
-            prompt[name] = simulate(schedule, args.size, args.alpha, args.bandwidth,
-                                    None, tiers).finish
-        rows.append((m, late, prompt))
-    for title, pick in (("straggler late enough to hide phase 1 (time after it arrives):", 1),
-                        ("no straggler (everyone arrives at 0; time to finish):", 2)):
-        print(f"\n{title}")
-        print(f"{'nodes':>5} {'n':>5} " + " ".join(f"{a:>12}" for a in _TIER_NAMES) + f" {'speedup':>8}")
-        for row in rows:
-            times = row[pick]
-            print(f"{row[0]:>5} {row[0] * k:>5} " + " ".join(f"{times[a] * 1e3:>12.3f}" for a in _TIER_NAMES)
-                  + f" {times['hring'] / times['hierarchical']:>8.2f}")
+        model = costs(m, k, args.size, *links)
+        late, prompt, extra = {}, {}, {}
+        extra["W"] = pieces = _pieces(m, k, args.size, links)
+        extra["floor"] = floor(m, k, args.size, args.bandwidth, b2)
+        late["hring"] = prompt["hring"] = model["hring"].post_arrival
+        for name in ("hierarchical",) + _FLAT_NAMES:
+            schedule = _hierarchical(m, k, pieces) if name == "hierarchical" else build(name, n)
+            sim = simulate(schedule, args.size, args.alpha, args.bandwidth, [0.0] * (n - 1) + [1e3],
+                           tiers)
+            late[name] = sim.post_arrival
+            if name == "hierarchical":
+                extra["phase1"] = sim.phase1_end
+            prompt[name] = simulate(schedule, args.size, args.alpha, args.bandwidth, None, tiers).finish
+        rows.append((m, late, prompt, extra))
+    _print_late(rows, k)
+    print("\nno straggler (everyone arrives at 0; time to finish):")
+    names = ("hierarchical", "hring") + _FLAT_NAMES
+    print(f"{'nodes':>5} {'n':>5} " + " ".join(f"{a:>12}" for a in names))
+    for m, _, times, _ in rows:
+        print(f"{m:>5} {m * k:>5} " + " ".join(f"{times[a] * 1e3:>12.3f}" for a in names))
     return 0
+
+
+def _pieces(m, k, size, links):
+    from .hierarchical import pieces_for
+    return pieces_for(m, k, size, links)
+
+
+def _hierarchical(m, k, pieces):
+    from .hierarchical import hierarchical
+    return hierarchical(_layout(m * k, k, "block"), m * k - 1, pieces)
+
+
+def _print_late(rows, k) -> None:
+    print("\nstraggler late enough to hide phase 1 (time after it arrives; phase 1 = its length):")
+    head = ("W", "hierarchical", "phase 1", "hring", "floor", "hier/hring", "p1/hring", "hier/floor")
+    print(f"{'nodes':>5} {'n':>5} " + " ".join(f"{h:>12}" for h in head)
+          + " " + " ".join(f"{a:>10}" for a in _FLAT_NAMES))
+    for m, late, _, extra in rows:
+        h, p1, ring, lo = late["hierarchical"], extra["phase1"], late["hring"], extra["floor"]
+        cells = [f"{extra['W']:>12}"] + [f"{t * 1e3:>12.3f}" for t in (h, p1, ring, lo)]
+        cells += [f"{r:>12.2f}" for r in (h / ring, p1 / ring, h / lo)]
+        print(f"{m:>5} {m * k:>5} " + " ".join(cells) + " "
+              + " ".join(f"{late[a] * 1e3:>10.3f}" for a in _FLAT_NAMES))
 
 
 def cmd_staged(args) -> int:
@@ -221,8 +272,17 @@ def main(argv=None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     show = sub.add_parser("show", help="print a schedule round by round (or as JSON)")
     show.add_argument("--n", type=parse_ns, required=True, help="ranks: 8, 4,8 or 2..16")
-    show.add_argument("--algorithm", default="stragglar", choices=ALGORITHMS)
+    show.add_argument("--algorithm", default="stragglar", choices=ALGORITHMS + _TOPOLOGY)
     show.add_argument("--straggler", type=int, default=None, help="late rank (default n-1)")
+    show.add_argument("--node-size", type=int, default=0,
+                      help="ranks per node (hierarchical, hring)")
+    show.add_argument("--layout", choices=("block", "cyclic"), default="block",
+                      help="which ranks share a node: consecutive ones or every m-th")
+    show.add_argument("--phase", type=int, choices=(1, 2), default=2,
+                      help="hierarchical: phase 1 (during the delay) or phase 2 (after it)")
+    show.add_argument("--pieces", type=_positive_int, default=None,
+                      help="hierarchical: pieces per slice (default: 1 for two nodes, "
+                           "else ceil(log2 nodes))")
     show.add_argument("--json", action="store_true", help="print the JSON form")
     show.set_defaults(run=cmd_show)
     check = sub.add_parser("verify", help="verify schedules symbolically; report rounds vs bound")

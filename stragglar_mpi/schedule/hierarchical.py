@@ -185,17 +185,22 @@ def rank_rounds(nodes, straggler: int, rank: int, pieces: int | None = None, pha
     """(chunks, rounds): ``rank``'s own transfers of a phase, round by round, built without
     the whole schedule (time linear in the rank's transfers, plus ``spread`` once)."""
     lay = _normal(nodes, straggler, pieces)
-    moves = _phase2_moves(lay, rank) if phase == 2 else _phase1_moves(lay, rank)
+    if phase == 2:
+        moves, total = _phase2_moves(lay, rank), rounds_of(len(lay.nodes), lay.pieces)
+    else:
+        moves, total = _phase1_moves(lay, rank), _phase1_rounds(lay)
     with gc_paused():
-        return lay.chunks, _collect(moves)
+        return lay.chunks, _collect(moves, total)
 
 
-def _collect(moves) -> list:
-    """Rounds from (round, src, dst, chunk, reduce) tuples, empty rounds dropped."""
+def _collect(moves, total: int = 0) -> list:
+    """Rounds 0 .. max(total, last round + 1) - 1 from (round, src, dst, chunk, reduce)
+    tuples; a rank's own view keeps its empty rounds, as round numbers are tags."""
     by_round: dict[int, list] = {}
     for r, src, dst, chunk, reduce in moves:
         by_round.setdefault(r, []).append(Transfer(src, dst, chunk, reduce))
-    return [tuple(by_round[r]) for r in sorted(by_round)]
+    total = max([total] + [r + 1 for r in by_round])
+    return [tuple(by_round.get(r, ())) for r in range(total)]
 
 
 def _phase2_moves(lay: _Layout, rank):
@@ -297,6 +302,14 @@ def _phase1_moves(lay: _Layout, rank):
             src, dst = lay.lane_rank(v, i), lay.lane_rank(u, i)
             if rank is None or rank in (src, dst):
                 yield offset + last - t, src, dst, i * W + (W - 1 - w), True
+
+
+def _phase1_rounds(lay: _Layout) -> int:
+    """Rounds of phase 1: the staggered ReduceScatters, and the reversed spread after them."""
+    offset, last = _phase1_offset(lay)
+    most = max(len(lay.early) - 1, max(len(node) - 1 for node in lay.nodes[1:]) if len(lay.nodes) > 1 else 0)
+    inside = lay.pieces + most - 1 if most else 0
+    return max(inside, offset + last + 1 if len(lay.nodes) > 1 else 0)
 
 
 def _phase1_offset(lay: _Layout) -> tuple:

@@ -79,9 +79,9 @@ def _run(schedule, size, alpha, beta, ready, tiers) -> list:
 
 
 def _round_ports(rnd, ready: list, node_of, costs, shared: bool) -> list:
-    """Each port (a rank's link inside its node or its NIC, send or receive side) carries
-    its messages one after the other, each from when both ends are ready; a message
-    ends when both its ports have carried their messages (they share the links fairly),
+    """Each port (a rank's link inside its node or its NIC, send or receive side) is a
+    queue: it carries its messages one after the other, in the order they can start
+    (when both ends are ready).  A message ends when both its ports have carried it,
     a rank when its last message ends."""
     chunks: dict[tuple[int, int], int] = {}
     for t in rnd:
@@ -93,16 +93,17 @@ def _round_ports(rnd, ready: list, node_of, costs, shared: bool) -> list:
         alpha, chunk_cost = costs[inter]
         port = 2 * (inter and not shared)
         start = ready[src] if ready[src] > ready[dst] else ready[dst]
-        messages.append((start, (src, port), (dst, port + 1), alpha + count * chunk_cost))
+        messages.append((start, len(messages), (src, port), (dst, port + 1),
+                         alpha + count * chunk_cost))
     messages.sort()
-    drain: dict[tuple[int, int], float] = {}
-    for start, out, into, busy in messages:
-        for key in (out, into):
-            free = drain.get(key, 0.0)
-            drain[key] = (free if free > start else start) + busy
+    free: dict[tuple[int, int], float] = {}
     after = list(ready)
-    for _, out, into, _ in messages:
-        end = max(drain[out], drain[into])
+    for start, _, out, into, busy in messages:
+        end = start
+        for key in (out, into):
+            done = max(free.get(key, 0.0), start) + busy
+            free[key] = done
+            end = done if done > end else end
         if end > after[out[0]]:
             after[out[0]] = end
         if end > after[into[0]]:

@@ -114,15 +114,15 @@ def _precondition(s: Schedule) -> list[list[int]]:
 
 def _check_owners(s: Schedule, state: list[list[int]]) -> None:
     """Phase 1's postcondition: chunk c at owners[c], reduced over all but the straggler."""
+    late = next((t for rnd in s.rounds for t in rnd if s.straggler in (t.src, t.dst)), None)
+    if late is not None:
+        raise ScheduleError(f"the straggler {s.straggler} takes part in phase 1: {late}")
     early = ((1 << s.n) - 1) & ~(1 << s.straggler)
     for c, rank in enumerate(s.owners):
         if state[rank][c] != early:
             raise ScheduleError(f"after the last round owner {rank} holds chunk {c} with "
                                 f"contributions {_ranks(state[rank][c])}, not every rank but "
                                 f"the straggler {s.straggler}")
-    late = next((t for rnd in s.rounds for t in rnd if s.straggler in (t.src, t.dst)), None)
-    if late is not None:
-        raise ScheduleError(f"the straggler {s.straggler} takes part in phase 1: {late}")
 
 
 def _check_ports(s: Schedule, r: int, rnd, one_chunk: bool) -> None:

@@ -94,3 +94,26 @@ def test_cli_show_verify_simulate(capsys):
 def test_cli_rejects_bad_units():
     with pytest.raises(SystemExit):
         main(["simulate", "--size", "1 parsec"])
+
+
+def _one_round(*transfers, n=3):
+    from stragglar_mpi.schedule import Schedule
+    return Schedule("ring", n, None, 3, [tuple(transfers)])
+
+
+def test_a_ranks_link_inside_and_its_nic_are_separate_ports():
+    from stragglar_mpi.schedule import Transfer
+    from stragglar_mpi.schedule.simulate import Tiers
+    # one chunk = 1 MB; 1 ms per chunk on either tier, no latency
+    both = _one_round(Transfer(0, 1, 0), Transfer(0, 2, 1))       # inside and across at once
+    run = lambda s, tiers: simulate(s, 3e6, 0.0, 1e9, None, tiers)  # noqa: E731
+    assert run(both, Tiers((0, 0, 1), 0.0, 1e9)).finish == pytest.approx(1e-3)
+    assert run(both, Tiers((0, 0, 1), 0.0, 1e9, shared_port=True)).finish == pytest.approx(2e-3)
+    assert run(both, Tiers((0, 0, 0), 0.0, 1e9)).finish == pytest.approx(2e-3)   # both inside
+    # a busy receiver's port carries its messages one after the other
+    busy = _one_round(Transfer(0, 2, 0), Transfer(1, 2, 1))
+    sim = run(busy, Tiers((0, 0, 0), 0.0, 1e9))
+    assert sim.ranks == pytest.approx((1e-3, 2e-3, 2e-3))
+    # messages of a round wait for their later end; the port then carries them in turn
+    sim = simulate(both, 3e6, 0.0, 1e9, [0.0, 5e-3, 0.0], Tiers((0, 0, 0), 0.0, 1e9))
+    assert sim.ranks[2] == pytest.approx(1e-3) and sim.ranks[1] == pytest.approx(6e-3)
