@@ -18,12 +18,16 @@ arrives; hierarchical StragglAR's phase 1 is a schedule of its own
 """
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
+from operator import attrgetter
 
 from .model import Schedule
 from .algorithms import PHASE1
 
-__all__ = ["Simulation", "Tiers", "simulate"]
+__all__ = ["Simulation", "Tiers", "simulate", "phase1_of"]
+
+_PAIR = attrgetter("src", "dst")
 
 
 @dataclass(frozen=True)
@@ -47,9 +51,12 @@ class Tiers:
 
 
 def simulate(schedule: Schedule, size_bytes: float, alpha: float, bandwidth: float,
-             arrivals=None, tiers: Tiers | None = None) -> Simulation:
+             arrivals=None, tiers: Tiers | None = None, phase1: Schedule | None = None
+             ) -> Simulation:
     """Completion time of ``schedule`` for a ``size_bytes`` buffer under the alpha-beta model
-    (one tier, or two with ``tiers``)."""
+    (one tier, or two with ``tiers``).  ``phase1``: the "reduce_to_owners" schedule run
+    before a hierarchical one (default: built for the nodes of ``tiers``, local order =
+    rank order)."""
     n = schedule.n
     arrivals = [0.0] * n if arrivals is None else [float(a) for a in arrivals]
     if len(arrivals) != n:
@@ -58,7 +65,7 @@ def simulate(schedule: Schedule, size_bytes: float, alpha: float, bandwidth: flo
         raise ValueError(f"need the node of each of {n} ranks, got {len(tiers.node_of)}")
     beta = 1.0 / bandwidth
     ready = list(arrivals)
-    phase1_end = _phase1(schedule, size_bytes, alpha, beta, ready, tiers)
+    phase1_end = _phase1(schedule, size_bytes, alpha, beta, ready, tiers, phase1)
     ready = _run(schedule, size_bytes, alpha, beta, ready, tiers)
     finish = max(ready)
     return Simulation(finish, finish - max(arrivals), phase1_end, tuple(ready))
@@ -83,10 +90,7 @@ def _round_ports(rnd, ready: list, node_of, costs, shared: bool) -> list:
     queue: it carries its messages one after the other, in the order they can start
     (when both ends are ready).  A message ends when both its ports have carried it,
     a rank when its last message ends."""
-    chunks: dict[tuple[int, int], int] = {}
-    for t in rnd:
-        key = (t.src, t.dst)
-        chunks[key] = chunks.get(key, 0) + 1
+    chunks = Counter(map(_PAIR, rnd))
     messages = []
     for (src, dst), count in chunks.items():
         inter = node_of[src] != node_of[dst]
@@ -112,7 +116,7 @@ def _round_ports(rnd, ready: list, node_of, costs, shared: bool) -> list:
 
 
 def _phase1(schedule: Schedule, size: float, alpha: float, beta: float, ready: list,
-            tiers=None) -> float:
+            tiers=None, first=None) -> float:
     """Run phase 1 on the early ranks in place; return when it ends."""
     kind = PHASE1.get(schedule.algorithm) if schedule.n > 1 else None
     if kind is None:
@@ -120,7 +124,12 @@ def _phase1(schedule: Schedule, size: float, alpha: float, beta: float, ready: l
     early = schedule.early
     m = len(early)
     if kind == "reduce_to_owners":
-        ready[:] = _run(phase1_of(schedule, tiers), size, alpha, beta, ready, tiers)
+        first = phase1_of(schedule, tiers) if first is None else first
+        if (first.owners, first.chunks, first.straggler) != (schedule.owners, schedule.chunks,
+                                                            schedule.straggler):
+            raise ValueError("the phase-1 schedule leaves other owners than the schedule expects; "
+                             "pass the phase1 built for the same nodes")
+        ready[:] = _run(first, size, alpha, beta, ready, tiers)
         return max(ready[r] for r in early)
     steps = (m - 1) * (1 if kind == "reduce_scatter" else 2)
     if tiers is not None:   # a flat ring among the early ranks crosses nodes in some step
