@@ -62,21 +62,22 @@ def spread(m: int, pieces: int) -> tuple:
         return ()
     d = (m - 1).bit_length()
     full = (1 << pieces) - 1
-    have, out, t = [0] * m, [], 0
+    have, out, t, missing = [0] * m, [], 0, m
     while True:
         if t < pieces:
             have[0] |= 1 << t
-        if t >= pieces and all(h == full for h in have):
+            missing -= have[0] == full
+        if not missing:
             return tuple(out)
         step = 1 << (t % d)
         sends = []
         for u in range(m):
-            v = (u + step) % m
-            lack = have[u] & ~have[v]
+            lack = have[u] & ~have[u + step - m if u + step >= m else u + step]
             if lack:
-                sends.append((t, u, v, lack.bit_length() - 1))
-        for move in sends:
-            have[move[2]] |= 1 << move[3]
+                sends.append((t, u, (u + step) % m, lack.bit_length() - 1))
+        for _, _, v, w in sends:
+            have[v] |= 1 << w
+            missing -= have[v] == full
         out += sends
         t += 1
         if t > pieces + 4 * d + 8:   # never seen; the verifier would catch a wrong one anyway
@@ -97,6 +98,15 @@ def _arrivals(m: int, pieces: int) -> tuple:
     for t, _, v, w in spread(m, pieces):
         arrive[v][w] = t
     return tuple(map(tuple, arrive))
+
+
+def _arrivals_at(m: int, pieces: int, node: int) -> dict:
+    """{node: arrive[node]} without the table of every node (a rank's own view)."""
+    arrive = [0] * pieces
+    for t, _, v, w in spread(m, pieces):
+        if v == node:
+            arrive[w] = t
+    return {node: arrive}
 
 
 def pieces_for(m: int, k: int = 8, size: float | None = None, links=None) -> int:
@@ -215,7 +225,9 @@ def _phase2_moves(lay: _Layout, rank):
             for r in a:
                 if r != e and mine(e, r):
                     yield w + 1, e, r, c, False
-    yield from _across(lay, rank, _arrivals(len(lay.nodes), W))
+    m = len(lay.nodes)
+    arrive = _arrivals(m, W) if rank is None else _arrivals_at(m, W, _node(lay, rank))
+    yield from _across(lay, rank, arrive)
 
 
 def _across(lay: _Layout, rank, arrive):
@@ -235,26 +247,21 @@ def _across(lay: _Layout, rank, arrive):
                         yield arrive[v][w] + 2, src, r, i * W + w, False
 
 
+def _node(lay: _Layout, rank) -> int:
+    return next(i for i, node in enumerate(lay.nodes) if rank in node)
+
+
 def _node_index(lay: _Layout, rank) -> list:
-    v = next(i for i, node in enumerate(lay.nodes) if rank in node)
+    v = _node(lay, rank)
     return [v] if v else []
-
-
-@functools.lru_cache(maxsize=64)
-def _spread_by_node(m: int, pieces: int) -> tuple:
-    by_node = [[] for _ in range(m)]
-    for move in spread(m, pieces):
-        by_node[move[1]].append(move)
-        by_node[move[2]].append(move)
-    return tuple(map(tuple, by_node))
 
 
 def _spread_of(m, W, lay, rank):
     """The node-level moves that ``rank``'s node takes part in (all for ``rank=None``)."""
     if rank is None:
         return spread(m, W)
-    v = next(i for i, node in enumerate(lay.nodes) if rank in node)
-    return _spread_by_node(m, W)[v]
+    v = _node(lay, rank)
+    return [move for move in spread(m, W) if move[1] == v or move[2] == v]
 
 
 # ---- phase 1 ------------------------------------------------------------------------------
@@ -324,11 +331,15 @@ def _phase1_offset(lay: _Layout) -> tuple:
 def _offset(m, W, contributors):
     moves = spread(m, W)
     last = moves[-1][0] if moves else 0
-    need = 0
+    worst = None
     for t, u, v, w in moves:
-        p = W - 1 - w
-        need = max(need, p + max(contributors[u], contributors[v]) - (last - t))
-    return need, last
+        c = contributors[u] if contributors[u] > contributors[v] else contributors[v]
+        late = c + t - w
+        if worst is None or late > worst:
+            worst = late
+    # move (t, w) runs backwards in round offset + last - t, carrying piece p = W-1-w,
+    # which its ends hold from round p + c on
+    return (max(0, worst + W - 1 - last) if moves else 0), last
 
 
 # ---- the hierarchical ring ----------------------------------------------------------------
