@@ -187,7 +187,7 @@ def hierarchical(nodes, straggler: int, pieces: int | None = None) -> Schedule:
 def _phase2(lay: _Layout) -> Schedule:
     n = sum(map(len, lay.nodes))
     with gc_paused():
-        rounds = _collect(_phase2_moves(lay, None))
+        rounds = _collect(_phase2_moves(lay, None), rounds_of(len(lay.nodes), lay.pieces))
     return Schedule("hierarchical", n, lay.straggler, lay.chunks, rounds, lay.owners())
 
 
@@ -276,7 +276,7 @@ def phase1(nodes, straggler: int, pieces: int | None = None) -> Schedule:
 def _phase1(lay: _Layout) -> Schedule:
     n = sum(map(len, lay.nodes))
     with gc_paused():
-        rounds = _collect(_phase1_moves(lay, None))
+        rounds = _collect(_phase1_moves(lay, None), _phase1_rounds(lay))
     return Schedule("reduce_to_owners", n, lay.straggler, lay.chunks, rounds, lay.owners())
 
 
