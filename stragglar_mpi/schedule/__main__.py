@@ -206,8 +206,8 @@ def _simulate_tiers(args) -> int:
 
 
 def _pieces(m, k, size, links):
-    from .hierarchical import pieces_for
-    return pieces_for(m, k, size, links)
+    from .tiers import pieces
+    return pieces(m, k, size, *links)
 
 
 def _hierarchical(m, k, pieces):

@@ -49,11 +49,6 @@ from .model import Schedule, ScheduleError, Transfer, gc_paused
 __all__ = ["hierarchical", "phase1", "hring", "owners_of", "pieces_for", "rounds_of", "spread",
            "rank_rounds"]
 
-#: Pieces are never cut smaller than this many bytes (small buffers stay one piece).
-MIN_PIECE = 256 << 10
-MAX_PIECES = 64
-
-
 @functools.lru_cache(maxsize=64)
 def spread(m: int, pieces: int) -> tuple:
     """Node-level broadcast of ``pieces`` pieces from node 0 to nodes 1 .. m-1:
@@ -109,16 +104,11 @@ def _arrivals_at(m: int, pieces: int, node: int) -> dict:
     return {node: arrive}
 
 
-def pieces_for(m: int, k: int = 8, size: float | None = None, links=None) -> int:
-    """Pieces per slice.  Without a size: 1 for two nodes, else ceil(log2 m) (what the
-    runtime gets today).  With ``size`` bytes and ``links`` (a1, b1, a2, b2): the count
-    that minimises the phase-2 closed form (schedule/tiers.py), pieces never below
-    MIN_PIECE bytes."""
-    if size is None:
-        return 1 if m <= 2 else (m - 1).bit_length()
-    from .tiers import hierarchical_cost
-    most = max(1, min(MAX_PIECES, int(size / max(k - 1, 1) / MIN_PIECE)))
-    return min(range(1, most + 1), key=lambda w: hierarchical_cost(m, k, size, *links, w)[1])
+def pieces_for(m: int) -> int:
+    """Pieces per slice when the buffer's size is not known: 1 for two nodes, else
+    ceil(log2 m) (what the runtime gets today).  For a size and links the model
+    chooses: ``tiers.pieces``."""
+    return 1 if m <= 2 else (m - 1).bit_length()
 
 
 @dataclass(frozen=True)

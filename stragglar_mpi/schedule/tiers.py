@@ -24,7 +24,7 @@ piece (I) fills the pipeline, then every round a piece moves on every stage at o
 drains it.  Phase 1: round r of the staggered ReduceScatter inside the nodes carries
 x_r = #{o in 1..k-1 : 0 <= r-o+1 < W} pieces on a rank's link (the senders join one
 by one), and from round k-1 on the lanes reduce a piece across.
-W is chosen by ``pieces_for`` (the phase-2 minimum; never pieces under MIN_PIECE).
+W is chosen by ``pieces`` (the phase-2 minimum; never pieces under MIN_PIECE).
 The floor after the arrival: max(s/(b1 + b2), (1 - 1/m) s/(k b2)) (S must send s
 bytes over its two ports; each node's k NICs must take in the buffer).
 
@@ -36,7 +36,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["Cost", "costs", "flat", "floor", "hierarchical_cost"]
+__all__ = ["Cost", "costs", "flat", "floor", "hierarchical_cost", "pieces"]
+
+#: Pieces are never cut smaller than this many bytes (small buffers stay one piece).
+MIN_PIECE = 256 << 10
+MAX_PIECES = 64
 
 
 @dataclass(frozen=True)
@@ -56,6 +60,14 @@ def _log2(x: int) -> int:
 def floor(m: int, k: int, s: float, b1: float, b2: float) -> float:
     """No schedule can finish sooner after the arrival (see the module docstring)."""
     return max(s / (b1 + b2), (1 - 1 / m) * s / (k * b2))
+
+
+def pieces(m, k, s, a1, b1, a2, b2) -> int:
+    """Pieces per slice for hierarchical StragglAR: the minimum of the post-arrival
+    closed form (latency per piece against the pipeline's fill), no piece under
+    MIN_PIECE bytes, at most MAX_PIECES."""
+    most = max(1, min(MAX_PIECES, int(s / max(k - 1, 1) / MIN_PIECE)))
+    return min(range(1, most + 1), key=lambda w: hierarchical_cost(m, k, s, a1, b1, a2, b2, w)[1])
 
 
 def hierarchical_cost(m, k, s, a1, b1, a2, b2, pieces) -> tuple:
@@ -95,9 +107,8 @@ def costs(m: int, k: int, s: float, a1: float, b1: float, a2: float, b2: float) 
         out["stragglar"] = Cost((n - 2) * step, (n - 2 + _log2(n)) * step)
         out["direct"] = Cost(2 * (n - 2) * step, _log2(n) * (a2 + s / b2))
     if m > 1 and k > 1:
-        from .hierarchical import pieces_for
-        pieces = pieces_for(m, k, s, (a1, b1, a2, b2))
-        out["hierarchical"] = Cost(*hierarchical_cost(m, k, s, a1, b1, a2, b2, pieces))
+        w = pieces(m, k, s, a1, b1, a2, b2)
+        out["hierarchical"] = Cost(*hierarchical_cost(m, k, s, a1, b1, a2, b2, w))
     return out
 
 

@@ -13,7 +13,8 @@ import time
 
 from stragglar_mpi.run.plan import compile_rounds
 from stragglar_mpi.schedule import hierarchical as module
-from stragglar_mpi.schedule.hierarchical import pieces_for, rank_rounds
+from stragglar_mpi.schedule.hierarchical import rank_rounds
+from stragglar_mpi.schedule.tiers import pieces as model_pieces
 
 LINKS = (3e-6, 450e9, 5e-6, 50e9)
 
@@ -40,7 +41,7 @@ def main(argv=None) -> int:
     for m in map(int, args.nodes.split(",")):
         n = m * k
         nodes = tuple(tuple(range(i * k, (i + 1) * k)) for i in range(m))
-        pieces = pieces_for(m, k, 2**30, LINKS)
+        pieces = model_pieces(m, k, 2**30, *LINKS)
         ranks = (n - 1, n - 2, 0, 1, n // 2, n - k, k, n // 3)
         worst = max(_cold(nodes, n - 1, r, pieces, phase) for r in ranks for phase in (1, 2))
         print(f"{m} nodes of {k} ({n} ranks), W={pieces}: one rank's plan, both phases, "

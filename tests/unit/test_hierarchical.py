@@ -8,6 +8,7 @@ import pytest
 from stragglar_mpi.schedule import Schedule, ScheduleError, Transfer, build, simulate, verify
 from stragglar_mpi.schedule.hierarchical import (
     hierarchical, hring, owners_of, phase1, pieces_for, rank_rounds, rounds_of, spread)
+from stragglar_mpi.schedule.tiers import pieces as model_pieces
 from stragglar_mpi.schedule.simulate import Tiers
 from stragglar_mpi.schedule.tiers import Cost, costs, floor, hierarchical_cost
 
@@ -189,7 +190,7 @@ def test_closed_forms_match_the_simulated_schedules(m, k, size):
     model = costs(m, k, size, *LINKS)
     ring = simulate(hring(block(m, k)), size, a1, b1, None, tiers_of(m, k))
     assert ring.finish == pytest.approx(model["hring"].post_arrival, rel=1e-9)
-    pieces = pieces_for(m, k, size, LINKS)
+    pieces = model_pieces(m, k, size, *LINKS)
     sim = simulate(hierarchical(block(m, k), n - 1, pieces), size, a1, b1, late(n), tiers_of(m, k))
     first, after = hierarchical_cost(m, k, size, *LINKS, pieces)
     assert model["hierarchical"] == Cost(first, after)
@@ -205,7 +206,7 @@ def test_model_targets_of_issue_24(m):
     the hierarchical ring and 2x the floor; phase 1 at most 0.75x the hierarchical ring."""
     k, (a1, b1, a2, b2) = 8, LINKS
     n = m * k
-    pieces = pieces_for(m, k, GiB, LINKS)
+    pieces = model_pieces(m, k, GiB, *LINKS)
     sim = simulate(hierarchical(block(m, k), n - 1, pieces), GiB, a1, b1, late(n), tiers_of(m, k))
     ring = costs(m, k, GiB, *LINKS)["hring"].post_arrival
     assert sim.post_arrival <= 0.6 * ring
@@ -214,8 +215,8 @@ def test_model_targets_of_issue_24(m):
 
 
 def test_pieces_follow_the_model_and_small_buffers_stay_whole():
-    assert pieces_for(2, 8, 1 << 20, LINKS) == 1
-    assert pieces_for(16, 8, GiB, LINKS) > 16
+    assert model_pieces(2, 8, 1 << 20, *LINKS) == 1
+    assert model_pieces(16, 8, GiB, *LINKS) > 16
     assert pieces_for(2) == 1 and pieces_for(16) == 4        # the size-free default
 
 
