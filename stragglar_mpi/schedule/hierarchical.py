@@ -64,19 +64,38 @@ def spread(m: int, pieces: int) -> tuple:
             missing -= have[0] == full
         if not missing:
             return tuple(out)
-        step = 1 << (t % d)
-        sends = []
-        for u in range(m):
-            lack = have[u] & ~have[u + step - m if u + step >= m else u + step]
-            if lack:
-                sends.append((t, u, (u + step) % m, lack.bit_length() - 1))
+        sends = _round_of_spread(have, t, m, d)
         for _, _, v, w in sends:
             have[v] |= 1 << w
             missing -= have[v] == full
         out += sends
         t += 1
-        if t > pieces + 4 * d + 8:   # never seen; the verifier would catch a wrong one anyway
+        if t > 2 * pieces + 4 * d + 8:   # never seen; the verifier would catch a wrong one anyway
             raise ScheduleError(f"spread({m}, {pieces}) does not finish")
+
+
+def _round_of_spread(have: list, t: int, m: int, d: int) -> list:
+    """Round t: u sends to u + 2^(t mod d) the newest piece it lacks; a node whose
+    partner lacks nothing tries u + 2^j (j = 0 .. d-1) for one that receives nothing
+    yet (for m not a power of two the shifts overlap and leave such nodes idle)."""
+    step, sends, taken, idle = 1 << (t % d), [], set(), []
+    for u in range(m):
+        v = u + step - m if u + step >= m else u + step
+        lack = have[u] & ~have[v]
+        if lack:
+            sends.append((t, u, v, lack.bit_length() - 1))
+            taken.add(v)
+        elif have[u]:
+            idle.append(u)
+    for u in idle:
+        for j in range(d):
+            v = (u + (1 << j)) % m
+            lack = have[u] & ~have[v] if v not in taken else 0
+            if lack:
+                sends.append((t, u, v, lack.bit_length() - 1))
+                taken.add(v)
+                break
+    return sends
 
 
 @functools.lru_cache(maxsize=64)
