@@ -18,8 +18,13 @@ from mpi4py import MPI
 from . import transport as _transport
 from .plan import compile_rounds
 from ..schedule import verify
-from ..schedule.hierarchical import hierarchical, phase1, pieces_for
+from ..schedule.hierarchical import hierarchical, owners_of, phase1, pieces_for, rank_rounds
 from ..schedule.tiers import pieces as model_pieces
+
+#: Up to this many ranks a process verifies both whole schedules once per (nodes,
+#: straggler, pieces); above, it builds only its own slice of each (the tests verify
+#: the construction on block, cyclic and unequal layouts).
+VERIFY_UP_TO = 256
 
 
 def applies(topology, straggler) -> bool:
@@ -29,19 +34,22 @@ def applies(topology, straggler) -> bool:
 
 @lru_cache(maxsize=32)
 def _verified(nodes, straggler, pieces):
-    return verify(phase1(nodes, straggler, pieces)), verify(hierarchical(nodes, straggler, pieces))
+    verify(phase1(nodes, straggler, pieces))
+    verify(hierarchical(nodes, straggler, pieces))
 
 
 @lru_cache(maxsize=256)
 def plan_for(nodes, straggler, rank, count, extent, in_place, commutative, pieces):
-    """(phase-2 schedule, phase-1 plan, phase-2 plan) of ``rank``."""
-    first, second = _verified(nodes, straggler, pieces)
-    prepared = frozenset(c for c, r in enumerate(second.owners) if r == rank)
-    after = [()] * len(second.rounds) + list(first.rounds)     # tags apart from phase 2's
-    plan1 = compile_rounds(after, first.chunks, rank, count, extent, in_place, commutative)
-    plan2 = compile_rounds(second.rounds, second.chunks, rank, count, extent, in_place,
-                           commutative, prepared)
-    return second, plan1, plan2
+    """(phase-1 plan, phase-2 plan) of ``rank``."""
+    if sum(map(len, nodes)) <= VERIFY_UP_TO:
+        _verified(nodes, straggler, pieces)
+    chunks, first = rank_rounds(nodes, straggler, rank, pieces, phase=1)
+    _, second = rank_rounds(nodes, straggler, rank, pieces, phase=2)
+    prepared = frozenset(c for c, r in enumerate(owners_of(nodes, straggler, pieces)) if r == rank)
+    after = [()] * len(second) + list(first)     # phase 1's tags apart from phase 2's
+    plan1 = compile_rounds(after, chunks, rank, count, extent, in_place, commutative)
+    plan2 = compile_rounds(second, chunks, rank, count, extent, in_place, commutative, prepared)
+    return plan1, plan2
 
 
 def pieces_of(state, nbytes) -> int:
@@ -59,7 +67,7 @@ def run(state, straggler, args, transport, deadline, wait, commutative):
     comm, out = state.private, args.out
     rank, topo = comm.Get_rank(), state.topology
     pieces = pieces_of(state, out.count * out.extent)
-    _, plan1, plan2 = plan_for(topo.nodes, straggler, rank, out.count, out.extent, args.in_place,
+    plan1, plan2 = plan_for(topo.nodes, straggler, rank, out.count, out.extent, args.in_place,
                                commutative, pieces)
     scratch = state.scratch(max(plan1.scratch_bytes, plan2.scratch_bytes))
     addresses = (args.src.address, out.address, MPI.buffer(scratch).address)

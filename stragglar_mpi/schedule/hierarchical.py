@@ -125,7 +125,7 @@ def _arrivals_at(m: int, pieces: int, node: int) -> dict:
 
 def pieces_for(m: int) -> int:
     """Pieces per slice when the buffer's size is not known: 1 for two nodes, else
-    ceil(log2 m) (what the runtime gets today).  For a size and links the model
+    ceil(log2 m) (the runtime's when it knows no links).  For a size and links the model
     chooses: ``tiers.pieces``."""
     return 1 if m <= 2 else (m - 1).bit_length()
 
