@@ -130,7 +130,7 @@ def pieces_for(m: int) -> int:
     return 1 if m <= 2 else (m - 1).bit_length()
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=True)
 class _Layout:
     nodes: tuple          # A first, then the others in their order
     straggler: int
@@ -139,15 +139,35 @@ class _Layout:
     pieces: int
 
     @property
+    def sub(self) -> int:
+        """Sub-chunks per piece: A's size, so that k lanes carry k-1 pieces a round."""
+        return len(self.nodes[0])
+
+    @property
     def chunks(self) -> int:
-        return len(self.early) * self.pieces
+        return len(self.early) * self.pieces * self.sub
+
+    def piece(self, i: int, w: int) -> range:
+        """The chunks of piece w of slice i."""
+        base = (i * self.pieces + w) * self.sub
+        return range(base, base + self.sub)
 
     def lane_rank(self, v: int, i: int) -> int:
+        """Phase 1: the rank of node v on owner e_i's lane."""
         node = self.nodes[v]
         return node[self.lanes[i] % len(node)]
 
     def owners(self) -> tuple:
-        return tuple(e for e in self.early for _ in range(self.pieces))
+        return tuple(e for e in self.early for _ in range(self.pieces * self.sub))
+
+    @functools.cached_property
+    def lane_blocks(self) -> tuple:
+        """Phase 2: lane j (local rank j of A, S's too) carries, of every round's k-1
+        pieces (k(k-1) sub-chunks in slice order), the sub-chunks j(k-1) .. j(k-1)+k-2:
+        (slice, sub-chunk) pairs, at most two runs of consecutive chunks."""
+        k = self.sub
+        return tuple(tuple(divmod(z, k) for z in range(j * (k - 1), (j + 1) * (k - 1)))
+                     for j in range(k))
 
 
 @functools.lru_cache(maxsize=64)
@@ -182,7 +202,7 @@ def owners_of(nodes, straggler: int, pieces: int | None = None) -> tuple:
 def rounds_of(nodes: int, pieces: int | None = None) -> int:
     """Phase-2 rounds for ``nodes`` nodes: the scatter, ``spread``, the last share."""
     pieces = pieces_for(nodes) if pieces is None else pieces
-    return max(pieces + 1, 1 + spread_rounds(nodes, pieces) + 1)
+    return max(pieces + 1, 2 + spread_rounds(nodes, pieces) + 1)
 
 
 # ---- phase 2 ------------------------------------------------------------------------------
@@ -228,32 +248,35 @@ def _phase2_moves(lay: _Layout, rank):
     mine = lambda *ranks: rank is None or rank in ranks  # noqa: E731
     for i, e in enumerate(lay.early):
         for w in range(W):
-            c = i * W + w
+            piece = lay.piece(i, w)
             if mine(S, e):
-                yield w, S, e, c, True
+                yield from ((w, S, e, c, True) for c in piece)
             for r in a:
                 if r != e and mine(e, r):
-                    yield w + 1, e, r, c, False
+                    yield from ((w + 1, e, r, c, False) for c in piece)
     m = len(lay.nodes)
     arrive = _arrivals(m, W) if rank is None else _arrivals_at(m, W, _node(lay, rank))
     yield from _across(lay, rank, arrive)
 
 
 def _across(lay: _Layout, rank, arrive):
-    """The lanes' broadcast across nodes, and each node's share of what arrived."""
-    W, m = lay.pieces, len(lay.nodes)
+    """The lanes' broadcast across nodes (a round after A's share: every rank of A then
+    holds the round's pieces), and each node's share of what arrived."""
+    W, m, k = lay.pieces, len(lay.nodes), lay.sub
+    at = lambda v, j: lay.nodes[v][j % len(lay.nodes[v])]  # noqa: E731
+    chunks = lambda j, w: [(i * W + w) * k + x for i, x in lay.lane_blocks[j]]  # noqa: E731
     for t, u, v, w in _spread_of(m, W, lay, rank):
-        for i in range(len(lay.early)):
-            src, dst = lay.lane_rank(u, i), lay.lane_rank(v, i)
+        for j in range(k):
+            src, dst = at(u, j), at(v, j)
             if rank is None or rank in (src, dst):
-                yield t + 1, src, dst, i * W + w, False
+                yield from ((t + 2, src, dst, c, False) for c in chunks(j, w))
     for v in range(1, m) if rank is None else _node_index(lay, rank):
-        for i in range(len(lay.early)):
-            src = lay.lane_rank(v, i)
+        for j in range(k):
+            src = at(v, j)
             for r in lay.nodes[v]:
                 if r != src and (rank is None or rank in (src, r)):
                     for w in range(W):
-                        yield arrive[v][w] + 2, src, r, i * W + w, False
+                        yield from ((arrive[v][w] + 3, src, r, c, False) for c in chunks(j, w))
 
 
 def _node(lay: _Layout, rank) -> int:
@@ -310,14 +333,14 @@ def _phase1_moves(lay: _Layout, rank):
             for o, src in enumerate(_contributors(lay, v, i), 1):
                 if rank is None or rank in (src, dst):
                     for w in range(W):
-                        yield w + o - 1, src, dst, i * W + w, True
+                        yield from ((w + o - 1, src, dst, c, True) for c in lay.piece(i, w))
     offset, last = _phase1_offset(lay)
     for t, u, v, w in _spread_of(m, W, lay, rank):
         for i in range(len(lay.early)):
             # spread backwards: piece W-1-w goes from v up to u, adding v's partial
             src, dst = lay.lane_rank(v, i), lay.lane_rank(u, i)
             if rank is None or rank in (src, dst):
-                yield offset + last - t, src, dst, i * W + (W - 1 - w), True
+                yield from ((offset + last - t, src, dst, c, True) for c in lay.piece(i, W - 1 - w))
 
 
 def _phase1_rounds(lay: _Layout) -> int:

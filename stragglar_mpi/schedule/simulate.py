@@ -147,7 +147,8 @@ def phase1_of(schedule: Schedule, tiers=None) -> Schedule:
     node_of = tiers.node_of if tiers is not None else (0,) * schedule.n
     firsts = sorted({node_of[r]: r for r in reversed(range(schedule.n))}.items(), key=lambda kv: kv[1])
     nodes = tuple(tuple(r for r in range(schedule.n) if node_of[r] == v) for v, _ in firsts)
-    pieces = schedule.chunks // len(set(schedule.owners))
+    owners = len(set(schedule.owners))     # k-1 slices of W pieces of k sub-chunks
+    pieces = schedule.chunks // (owners * (owners + 1))
     return phase1(nodes, schedule.straggler, pieces)
 
 

@@ -74,10 +74,14 @@ def hierarchical_cost(m, k, s, a1, b1, a2, b2, pieces) -> tuple:
     """(phase 1, post-arrival) of hierarchical StragglAR with ``pieces`` pieces a slice."""
     chunk = s / (max(k - 1, 1) * pieces)
     c = a1 + chunk / b1
-    inside, across = (k - 1) * c, a2 + chunk / b2
+    inside = (k - 1) * c
     rounds = pieces + _log2(m) - 1 if m > 1 else 0
-    pace = max(inside, across) if m > 1 else inside
-    return _phase1(k, pieces, c, across, rounds), 2 * inside + rounds * pace
+    if m == 1:
+        return _phase1(k, pieces, c, 0.0, 0), 2 * inside
+    lane = s / (k * pieces)                 # phase 2: k lanes share a round's k-1 pieces
+    share = (k - 1) * (a1 + lane / b1)
+    after = 2 * inside + share + rounds * max(inside, a2 + lane / b2)
+    return _phase1(k, pieces, c, a2 + chunk / b2, rounds), after
 
 
 def _phase1(k, pieces, c, across, rounds):

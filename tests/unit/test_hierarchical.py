@@ -60,8 +60,8 @@ def test_both_phases_verify_for_every_straggler_of_every_layout(nodes, pieces):
         before = verify(phase1(nodes, straggler, pieces))
         assert len(after.rounds) == rounds_of(len(nodes), pieces)
         assert after.owners == before.owners == owners_of(nodes, straggler, pieces)
-        assert before.chunks == after.chunks == (len(next(nd for nd in nodes if straggler in nd))
-                                                 - 1) * pieces
+        k = len(next(nd for nd in nodes if straggler in nd))
+        assert before.chunks == after.chunks == (k - 1) * pieces * k   # k sub-chunks a piece
 
 
 @pytest.mark.parametrize("straggler", [127, 0, 61])
@@ -194,7 +194,7 @@ def test_closed_forms_match_the_simulated_schedules(m, k, size):
     sim = simulate(hierarchical(block(m, k), n - 1, pieces), size, a1, b1, late(n), tiers_of(m, k))
     first, after = hierarchical_cost(m, k, size, *LINKS, pieces)
     assert model["hierarchical"] == Cost(first, after)
-    assert sim.post_arrival == pytest.approx(after, rel=0.07)
+    assert sim.post_arrival == pytest.approx(after, rel=0.12)
     assert sim.phase1_end == pytest.approx(first, rel=0.15)
     flat = simulate(build("stragglar", n), size, a1, b1, late(n), tiers_of(m, k)).post_arrival
     assert flat <= model["stragglar"].post_arrival * 1.0001    # the model prices every round inter
