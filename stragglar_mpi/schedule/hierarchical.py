@@ -1,39 +1,41 @@
 """Hierarchical StragglAR: both phases as schedules for ranks grouped in nodes.
 
 ``nodes`` lists the ranks of each node (any layout: block, cyclic, unequal sizes).
-The straggler S sits on node A, whose other ranks e_0 .. e_{K-2} (local order) are
-the *owners*.  Lane j is local rank j of every node (j mod the node's size on a
-smaller node); owner e_i carries lane ``local(e_i)`` out of A, so S's own lane is
-unused and every lane starts at an owner.  The buffer is cut into K-1 slices, one
-per owner, and each slice into ``pieces`` equal chunks: chunk i*pieces + w is piece
-w of slice i, owned by e_i (so each owner's chunks are contiguous, in local order).
+The straggler S sits on node A of K ranks, whose other ranks e_0 .. e_{K-2} (local
+order) are the *owners*.  Lane j is local rank j of every node (j mod the node's size
+on a smaller node).  The buffer is cut into K-1 slices, one per owner, each slice into
+``pieces`` pieces and each piece into K equal chunks (sub-chunks): chunk
+(i*pieces + w)*K + x is sub-chunk x of piece w of slice i, owned by e_i (each owner's
+chunks contiguous, in local order).
 
 Across nodes every lane runs the same node-level broadcast, ``spread(m, pieces)``:
 in round t node u sends to node u + 2^(t mod d) (mod m, d = ceil(log2 m)) the newest
-piece that node lacks, and node A has piece w from round w.  Each node sends and
+piece that node lacks (a node whose partner lacks nothing tries its other
+power-of-two neighbours), and node A has piece w from round w.  Each node sends and
 receives at most one piece per round on each lane, every node receives each piece
-once, and all pieces arrive in ``pieces + d - 1`` rounds for most m (at most a few
-more otherwise): the per-NIC traffic stays one slice, and the pipeline fill is
-ceil(log2 m) rounds where a chain would take m - 1.
+once, and all pieces arrive in ``pieces + d - 1`` rounds for powers of two (a few
+more otherwise): the per-NIC traffic stays one slice's worth, and the pipeline fill
+is ceil(log2 m) rounds where a chain would take m - 1.
 
 Phase 2 (after S arrives; ``hierarchical``), piece by piece, each stage one round
 behind the one before it:
 - round w: S sends its raw piece w of every slice to the slice's owner, which reduces;
-- round w+1: each owner copies its finished piece w to every other rank of A (S too)
-  and starts it across on its lane;
+- round w+1: each owner copies its finished piece w to every other rank of A (S too);
+- from round w+2 the round's K-1 pieces cross on all K lanes (S's NIC too): lane j
+  carries sub-chunks j(K-1) .. j(K-1)+K-2 of them, in slice order (``lane_blocks``);
 - on every other node the lane rank that receives a piece forwards it as ``spread``
   says and copies it to the other ranks of its node one round after it arrived.
 The owners' reductions of S's raw data are the only ones, each computed at one place
 (partial (+) raw) and then copied: every rank ends with the same bits.
 
 Phase 1 (while S is late; ``phase1``, algorithm "reduce_to_owners"), the same
-chunks reduced toward their owners, pipelined the same way: on each node the ranks
-send their raw piece w of every slice to its lane rank one round apart (offset o in
-round w + o - 1); the lane ranks of the nodes reduce it along the lane by ``spread``
-run backwards (a node sends each piece once, after its children's partials are in);
-inside A the other owners send theirs to the owner the same way.  Nothing involves S.
-Afterwards e_i holds its chunks reduced over every rank but S, in an order fixed by
-(nodes, straggler, pieces).
+chunks reduced toward their owners, pipelined the same way on the owners' K-1 lanes
+(S is absent): on each node the ranks send their raw piece w of every slice to its
+lane rank one round apart (offset o in round w + o - 1); the lane ranks of the nodes
+reduce it along the lane by ``spread`` run backwards (a node sends each piece once,
+after its children's partials are in); inside A the other owners send theirs to the
+owner the same way.  Nothing involves S.  Afterwards e_i holds its chunks reduced
+over every rank but S, in an order fixed by (nodes, straggler, pieces).
 
 ``hring`` is the synchronous hierarchical ring as a schedule: ReduceScatter inside
 each node (rank j + o sends its lane block j to lane rank j in step o), a ring
@@ -195,12 +197,12 @@ def _normal(nodes, straggler, pieces):
 
 
 def owners_of(nodes, straggler: int, pieces: int | None = None) -> tuple:
-    """The owner of each chunk: piece w of slice i (chunk i*pieces + w) belongs to e_i."""
+    """The owner of each chunk: the chunks of slice i belong to e_i."""
     return _normal(nodes, straggler, pieces).owners()
 
 
 def rounds_of(nodes: int, pieces: int | None = None) -> int:
-    """Phase-2 rounds for ``nodes`` nodes: the scatter, ``spread``, the last share."""
+    """Phase-2 rounds for ``nodes`` nodes: the scatter, A's share, ``spread``, the last share."""
     pieces = pieces_for(nodes) if pieces is None else pieces
     return max(pieces + 1, 2 + spread_rounds(nodes, pieces) + 1)
 

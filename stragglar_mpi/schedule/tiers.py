@@ -13,18 +13,20 @@ messages of one step queue on the port they use.  L(x) = ceil(log2 x).
 | hring (hierarchical ring: NCCL, MPICH SMP-aware) | - | 2(k-1)(a1 + s/(k b1)) + 2(m-1)(a2 + s/(k m b2)) |
 | stragglar (flat) | (n-2)(a2 + s/((n-1) b2)) | (n-2+L(n)) (a2 + s/((n-1) b2)) |
 | direct (flat) | 2(n-2)(a2 + s/((n-1) b2)) | L(n) (a2 + s/b2) |
-| hierarchical stragglar, W pieces | sum over r < k-1+R of max(x_r c, N [r >= k-1]) | 2 I + R max(I, N) |
+| hierarchical stragglar, W pieces | sum over r < k-1+R of max(x_r c, N1 [r >= k-1]) | 2 I + I' + R max(I, N2) |
 
-with P = s/((k-1) W) (a chunk), c = a1 + P/b1, I = (k-1) c (a rank's share of one
-piece inside its node), N = a2 + P/b2 (one piece across) and R = W + L(m) - 1 (the
-rounds of the lanes' broadcast, schedule/hierarchical.py ``spread``; a few more for
-some m that are not powers of two).  After the arrival S's scatter of the first
-piece (I) fills the pipeline, then every round a piece moves on every stage at once
-(the slower of the node's link and the NIC sets the pace), and the last share (I)
+with P = s/((k-1) W) (a piece), c = a1 + P/b1, I = (k-1) c (a rank's k-1 pieces of a
+round inside its node), R = W + L(m) - 1 (the rounds of the lanes' broadcast,
+schedule/hierarchical.py ``spread``; a few more for some m that are not powers of two),
+N2 = a2 + s/(k W b2) (after the arrival a round's k-1 pieces cross on k lanes),
+I' = (k-1)(a1 + s/(k W b1)) (a node's last share) and N1 = a2 + P/b2 (phase 1 reduces
+on the owners' k-1 lanes).  After the arrival S's scatter and A's share of the first
+pieces (2 I) fill the pipeline, then every round a piece moves on every stage at once
+(the slower of the node's link and the NIC sets the pace), and the last share (I')
 drains it.  Phase 1: round r of the staggered ReduceScatter inside the nodes carries
 x_r = #{o in 1..k-1 : 0 <= r-o+1 < W} pieces on a rank's link (the senders join one
 by one), and from round k-1 on the lanes reduce a piece across.
-W is chosen by ``pieces`` (the phase-2 minimum; never pieces under MIN_PIECE).
+W is chosen by ``pieces`` (the post-arrival minimum; never pieces under MIN_PIECE).
 The floor after the arrival: max(s/(b1 + b2), (1 - 1/m) s/(k b2)) (S must send s
 bytes over its two ports; each node's k NICs must take in the buffer).
 
