@@ -15,7 +15,7 @@ from .. import Allreduce, __version__
 from ..core.config import current as current_settings
 from ..run.transport import name as transport_name
 from ..schedule.units import format_size, parse_size
-from . import _clock, _data, _model, _report, _run
+from . import _clock, _cvar, _data, _model, _report, _run
 
 _MIB = 1 << 20
 
@@ -129,8 +129,11 @@ def parser() -> argparse.ArgumentParser:
            "node i holds ranks i, i+m, ... (cyclic, MPICH's emulated cliques); as-is keeps them")
     a("-a", "--algorithms", type=parse_algorithms, default="native,ring,rhd,stragglar,auto",
       help="comma-separated, from native (plain comm.Allreduce), ring, rhd, stragglar, hierarchical, "
-           "direct, auto; "
-           "native2 runs native again: its ratio to native is the noise of the measurement")
+           "hring, direct, auto; "
+           "native2 runs native again: its ratio to native is the noise of the measurement; "
+           "native-comp1 / native-comp4 run native under MPICH's SMP-aware compositions "
+           "(MPIR_CVAR_ALLREDUCE_COMPOSITION=1: node reduce, roots' AllReduce, node bcast; "
+           "=4: multi-leader), set through MPI_T for that call only (MPICH only)")
     a("--no-bound", action="store_true",
       help="skip the lower bound (the straggler and a partner swap the whole buffer)")
     a("--check", choices=("first", "all", "none"), default="first",
@@ -235,6 +238,9 @@ def _problem(args, comm):
         return "unset STRAGGLAR_ALGO: it would force one algorithm on every row"
     if args.straggler not in (None, "random", "none") and int(args.straggler) >= n:
         return f"--straggler {args.straggler} is not a rank of {n} (0..{n - 1})"
+    for variant in args.algorithms:
+        if variant in _cvar.VARIANTS and _cvar.problem(variant):
+            return _cvar.problem(variant)
     if args.minbytes > args.maxbytes:
         return (f"-b/--minbytes {format_size(args.minbytes)} is larger than -e/--maxbytes "
                 f"{format_size(args.maxbytes)}")
