@@ -58,6 +58,8 @@ class State:
         library's own (a nonblocking lane's duplicate, every member in it): it serves as
         the private duplicate, and its owner frees it."""
         if private:
+            if deadline and comm.Get_size() > 1:
+                _presence(comm, deadline)     # the key broadcast below blocks: all must be here
             self.private, self.owns_private = comm, False
         else:
             self.private = self._duplicate(comm, deadline)
