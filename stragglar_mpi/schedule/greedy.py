@@ -66,24 +66,25 @@ def _round(t, m, holds, count, unfinished, active, rng):
     free_holders = held - rows[:, t] if busy else held
     sent = np.minimum(free - free_holders, free_holders + straggler_free)
     committed = (m - held) - sent >= held + sent
-    recv_key = rows[committed].sum(0, dtype=np.int64)
+    recv_key = rows[committed].sum(0, dtype=np.int32)
     if t + 1 < m:
         recv_key[t + 1] += m          # the next busy rank receives last
-    send_key = unfinished.copy()
+    send_key = unfinished.astype(np.int32)
     if busy:
-        recv_key[t] = send_key[t] = np.iinfo(np.int64).max
-    order_r = _order(recv_key, rng)[:free]
-    order_s = _order(send_key, rng)[:free]
+        recv_key[t] = send_key[t] = np.iinfo(np.int32).max
+    shuffled = rng.permutation(m)     # ties in random order
+    order_r = _order(recv_key, shuffled)[:free]
+    order_s = _order(send_key, shuffled)[:free]
     picks = _Picks(m)
     free_r = np.ones(free, dtype=bool)
     free_s = np.ones(free, dtype=bool)
     left = free
     j = len(chunks) - 1
     while j >= 0 and left > _SPARSE:
-        row = rows[j]
-        ys = (free_r & ~row[order_r]).nonzero()[0]
+        row_r, row_s = rows[j][order_r], rows[j][order_s]
+        ys = (free_r > row_r).nonzero()[0]
         if len(ys):
-            xs = (free_s & row[order_s]).nonzero()[0][:len(ys)]
+            xs = (free_s & row_s).nonzero()[0][:len(ys)]
             free_s[xs] = False
             senders = order_s[xs]
             if straggler_free and len(xs) < len(ys):
@@ -100,9 +101,8 @@ def _round(t, m, holds, count, unfinished, active, rng):
     return picks.columns()
 
 
-def _order(key, rng):
-    """Ranks by ascending key, ties in random order."""
-    shuffled = rng.permutation(len(key))
+def _order(key, shuffled):
+    """Ranks by ascending key, ties in the order of ``shuffled``."""
     return shuffled[np.argsort(key[shuffled], kind="stable")]
 
 
