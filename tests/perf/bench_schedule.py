@@ -2,8 +2,8 @@
 
     python tests/perf/bench_schedule.py             # the figures of docs/SCHEDULES.md
     python tests/perf/bench_schedule.py --quick     # tiny sizes (CI smoke test)
-    python tests/perf/bench_schedule.py --whole '' --rank 1000,4095 --straggler '' \
-        --checked 1000,1500,2047,3000,4095 --verify 2       # the large-n figures only
+    python tests/perf/bench_schedule.py --whole 1000 --rank 1000,4095 --straggler 256 \
+        --checked 1000,1500,2047,3000,4095 --verify 2       # mostly the large-n figures
 
 Peak RSS of the command line's check is measured outside, one process per n:
     /usr/bin/time -v python -m stragglar_mpi.schedule verify --n 4095 --algorithm stragglar
