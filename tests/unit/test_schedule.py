@@ -363,6 +363,7 @@ def test_numpy_greedy_within_two_rounds_of_the_bound(n):
     assert 0 <= verify_canonical(n) - lower_bound_rounds(n) <= 2
 
 
+@pytest.mark.wallclock
 def test_numpy_greedy_at_a_thousand_ranks():
     from stragglar_mpi.schedule import verified_rounds
     start = time.process_time()
