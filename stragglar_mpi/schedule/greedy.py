@@ -75,7 +75,7 @@ def _round(t, m, holds, count, unfinished, active, rng):
     shuffled = rng.permutation(m)     # ties in random order
     order_r = _order(recv_key, shuffled)[:free]
     order_s = _order(send_key, shuffled)[:free]
-    picks = _Picks(m)
+    picks = _Picks()
     free_r = np.ones(free, dtype=bool)
     free_s = np.ones(free, dtype=bool)
     left = free
@@ -147,7 +147,7 @@ def _sparse(rows, chunks, receivers, senders, straggler_free, m, picks):
 class _Picks:
     """The copies of one round, gathered as arrays and as Python lists."""
 
-    def __init__(self, m):
+    def __init__(self):
         self.arrays = []
         self.src, self.dst, self.chunk = [], [], []
 
