@@ -36,11 +36,11 @@ def build(algorithm: str, n: int, straggler: int | None = None) -> Schedule:
 @functools.lru_cache(maxsize=64)
 def _verified_canonical(n: int) -> int:
     """StragglAR with straggler n-1, verified once per n; its rounds.  Checked as NumPy
-    copy columns round by round (verify.verify_canonical), without Transfer objects for
+    copy columns round by round (stragglar.verify_canonical), without Transfer objects for
     powers of two and for the NumPy greedy."""
     if not isinstance(n, int) or n < 1:
         raise ScheduleError(f"n must be an int >= 1, got {n!r}")
-    from .verify import verify_canonical
+    from .stragglar import verify_canonical
     return verify_canonical(n)
 
 

@@ -483,3 +483,22 @@ _popcount = getattr(int, "bit_count", lambda x: bin(x).count("1"))  # bit_count:
 def _bits(mask: int) -> list[int]:
     """Positions of the set bits, lowest first."""
     return [i for i, bit in enumerate(bin(mask)[:1:-1]) if bit == "1"]
+
+
+def verify_field(n: int) -> int:
+    """Verify the canonical power-of-two StragglAR schedule without building it; its rounds."""
+    from .verify import check_stragglar_copies
+    return check_stragglar_copies(n, field_round_arrays(n))
+
+
+def verify_canonical(n: int) -> int:
+    """Verify the canonical StragglAR schedule (straggler n-1) of any n; its rounds.
+
+    Checked as copy columns round by round (``checked_copy_rounds``): the field form
+    and the NumPy greedy never build ``Transfer`` objects, so this is O(n^2) time and
+    n^2 bytes of state whatever n.
+    """
+    from .verify import check_stragglar_copies, verify
+    if n <= 2:
+        return len(verify(synthesize(n)).rounds)
+    return check_stragglar_copies(n, copy_columns(n))

@@ -21,7 +21,7 @@ import operator
 from .algorithms import ALGORITHMS, MULTI_PORT, PHASE1, SCHEDULE_ONLY, TOPOLOGY_ALGORITHMS
 from .model import Schedule, ScheduleError, Transfer, gc_paused
 
-__all__ = ["verify", "verify_canonical", "verify_field", "check_stragglar_copies",
+__all__ = ["verify", "check_stragglar_copies",
            "checked_copy_rounds"]
 
 def verify(schedule: Schedule) -> Schedule:
@@ -268,26 +268,6 @@ def _ranks(mask: int, limit: int = 8) -> str:
     ranks = [i for i in range(mask.bit_length()) if mask >> i & 1]
     shown = ", ".join(map(str, ranks[:limit]))
     return f"[{shown}{', ...' if len(ranks) > limit else ''}]"
-
-
-def verify_field(n: int) -> int:
-    """Verify the canonical power-of-two StragglAR schedule without building it; its rounds."""
-    from .stragglar import field_round_arrays
-    return check_stragglar_copies(n, field_round_arrays(n))
-
-
-def verify_canonical(n: int) -> int:
-    """Verify the canonical StragglAR schedule (straggler n-1) of any n; its rounds.
-
-    Checked as copy columns round by round (``checked_copy_rounds``): the field form
-    and the NumPy greedy never build ``Transfer`` objects, so this is O(n^2) time and
-    n^2 bytes of state whatever n.
-    """
-    from .stragglar import copy_columns
-    if n <= 2:
-        from .stragglar import synthesize
-        return len(verify(synthesize(n)).rounds)
-    return check_stragglar_copies(n, copy_columns(n))
 
 
 def check_stragglar_copies(n: int, rounds) -> int:

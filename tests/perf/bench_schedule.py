@@ -19,7 +19,7 @@ import tracemalloc
 
 from stragglar_mpi.run.plan import compile_rounds
 from stragglar_mpi.schedule import lower_bound_rounds, rank_view, stragglar, synthesize, verify
-from stragglar_mpi.schedule.verify import verify_canonical
+from stragglar_mpi.schedule.stragglar import verify_canonical
 from stragglar_mpi.schedule.__main__ import main as cli, parse_ns
 
 COUNT, EXTENT = 1 << 20, 4   # 4 MiB of float32 per call: the plan's size does not depend on it
