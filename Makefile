@@ -88,9 +88,11 @@ test-mpi: $(VENV)/.installed
 # What CI runs on an MPI other than the default: the MPI test files at 2, 3, 4 ranks and
 # the timeout tests (one transport), mpi4py's Allreduce tests with Comm at 2 and 3 ranks,
 # random calls (tests/perf/soak.py) at 3 and 5.  No test may be skipped or deselected away.
+# A launch is killed after CI_TIMEOUT s (a hang fails; the limit leaves room for a loaded machine).
 CI_TRANSPORT ?= cython
+CI_TIMEOUT   ?= 600
 test-mpis: $(VENV)/.installed
-	$(RUN_IN_TESTS) SMPI_TEST_SIZES=2,3,4 SMPI_TEST_TRANSPORTS=$(CI_TRANSPORT) SMPI_TEST_MPI4PY_SIZES=2,3 \
+	$(RUN_IN_TESTS) SMPI_TEST_TIMEOUT=$(CI_TIMEOUT) SMPI_TEST_SIZES=2,3,4 SMPI_TEST_TRANSPORTS=$(CI_TRANSPORT) SMPI_TEST_MPI4PY_SIZES=2,3 \
 	    SMPI_TEST_NO_SKIP=1 $(abspath $(PY)) -m pytest -ra -v test_mpi.py::test_mpi_suite \
 	    test_mpi.py::test_mpi_timeouts test_mpi.py::test_random_calls test_mpi4py_suite.py $(PYTEST_ARGS)
 
