@@ -267,7 +267,7 @@ class _Progress:
     def __init__(self, comm, owner):
         shadow, self._joining = MPI.Intracomm.Idup(comm)    # completed by the thread
         self.shadow, self._comm, self.owner = MPI.Intracomm(shadow), comm, owner
-        self.joined, self.last_end, self._join_error = False, 0.0, None
+        self.joined, self.last_end = False, 0.0
         self._cond = threading.Condition()
         self._queue = deque()
         self._closed = False
@@ -276,10 +276,8 @@ class _Progress:
         self._thread.start()
         PROCESS.register("lanes", self)
         if _IDUP_INTERFERES:
-            try:
-                self.join()  # before the caller can start another collective on ``comm``
-            except StragglerTimeout as exc:
-                self._join_error = exc    # raised by the operation, from Wait/Test, as elsewhere
+            self.join()      # before the caller can start another collective on ``comm``
+
 
     def submit(self, call):
         with self._cond:
@@ -320,8 +318,6 @@ class _Progress:
         """Complete the shadow's Idup (the first operation), under STRAGGLAR_TIMEOUT."""
         if self.joined:
             return
-        if self._join_error is not None:
-            raise self._join_error
         timeout = _config.current().timeout
         deadline = MPI.Wtime() + timeout if timeout else 0.0
         # first call only, on the caller's communicator
