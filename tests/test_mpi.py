@@ -3,7 +3,9 @@
 A hung run is killed after SMPI_TEST_TIMEOUT seconds (by the launcher, see
 launcher.py, and the subprocess timeout behind it), so a deadlock fails the test
 instead of eating the CI budget.  SMPI_TEST_SIZES / SMPI_TEST_TRANSPORTS
-(comma-separated) narrow the matrix.
+(comma-separated) narrow the matrix, SMPI_TEST_FILES (space-separated, under tests/) the
+files of test_mpi_suite (`make test-mpi FILE=mpi/test_allreduce.py NP=4`), and
+SMPI_TEST_RANDOM_SIZES the sizes of the random calls (tests/perf/soak.py).
 """
 import os
 import subprocess
@@ -18,6 +20,8 @@ HERE = Path(__file__).resolve().parent
 SIZES = [int(n) for n in os.environ.get("SMPI_TEST_SIZES", "1,2,3,4,5,8").split(",")]
 TRANSPORTS = os.environ.get("SMPI_TEST_TRANSPORTS", "cython,python").split(",")
 TIMEOUT = int(os.environ.get("SMPI_TEST_TIMEOUT", "300"))
+FILES = os.environ.get("SMPI_TEST_FILES", "mpi").split()
+RANDOM_SIZES = [int(n) for n in os.environ.get("SMPI_TEST_RANDOM_SIZES", "3,5").split(",")]
 
 
 def run_mpi(n, args, transport="cython", timeout=TIMEOUT, extra_env=None, ranks=None):
@@ -34,20 +38,40 @@ def run_mpi(n, args, transport="cython", timeout=TIMEOUT, extra_env=None, ranks=
 @pytest.mark.parametrize("transport", TRANSPORTS)
 @pytest.mark.parametrize("n", SIZES)
 def test_mpi_suite(n, transport):
-    rc, out = run_mpi(n, ["-m", "not slow and not timeouts", "mpi"], transport)
+    rc, out = run_mpi(n, ["-m", "not slow and not timeouts", *FILES], transport)
     summary = [line for line in out.splitlines() if " passed" in line or " failed" in line]
     print(f"mpiexec -n {n} ({transport}):", summary[-1] if summary else "(no summary)")
     assert rc == 0, out[-20000:]
 
 
-@pytest.mark.parametrize("transport", ["cython", "python"])
+# Open MPI: a rank missing from a lane's first nonblocking call is not handled as on MPICH
+# yet: the lane's Idup completes at the call there, so the timeout raises from Iallreduce
+# itself, not from Wait (docs/MPIS.md, known limits).  The nonblocking timeout tests are
+# left out there; the blocking ones run.
+TIMEOUT_FILES = ["mpi/test_reliability.py"] + \
+    ([] if launcher.flavour(launcher.mpiexec()) == "openmpi" else ["mpi/test_nonblocking.py"])
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
 def test_mpi_timeouts(transport):
     """The tests that let a timeout expire, in their own processes at 4 ranks: after a
     timeout a job should abort, so they do not share a process with the rest."""
-    rc, out = run_mpi(4, ["-m", "timeouts", "mpi/test_reliability.py", "mpi/test_nonblocking.py"], transport)
+    rc, out = run_mpi(4, ["-m", "timeouts", *TIMEOUT_FILES], transport)
     summary = [line for line in out.splitlines() if " passed" in line or " failed" in line]
     print(f"mpiexec -n 4 timeouts ({transport}):", summary[-1] if summary else "(no summary)")
     assert rc == 0, out[-20000:]
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+@pytest.mark.parametrize("n", RANDOM_SIZES)
+def test_random_calls(n, transport):
+    """tests/perf/soak.py, short: random sizes, datatypes, ops, late ranks, policies and
+    algorithms, each result compared with the native Allreduce; nothing may grow."""
+    argv = [sys.executable, str(HERE / "perf" / "soak.py"), "--calls", "300", "--warmup", "100",
+            "--max-bytes", "256K"]
+    rc, out, _ = launcher.run(n, argv, TIMEOUT, cwd=HERE, env={"STRAGGLAR_TRANSPORT": transport})
+    print(f"mpiexec -n {n} random calls ({transport}):", out.strip().splitlines()[-1:] or "(no output)")
+    assert rc == 0 and "errors 0" in out, out[-20000:]
 
 
 # Emulated nodes are MPICH's cliques; Open MPI has no such setting (docs: README, Open MPI).
@@ -96,7 +120,7 @@ def test_info_command_reports_mpi_and_the_compiled_transport():
     proc = subprocess.run([sys.executable, "-m", "stragglar_mpi", "info"], cwd=HERE,
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
-    assert "MPICH" in proc.stdout or "Open MPI" in proc.stdout
+    assert any(name in proc.stdout for name in ("MPICH", "Open MPI", "Intel(R) MPI")), proc.stdout
     assert "compiled transport   loaded" in proc.stdout
     assert "compiled entry       loaded" in proc.stdout
     version = subprocess.run([sys.executable, "-m", "stragglar_mpi", "--version"], cwd=HERE,

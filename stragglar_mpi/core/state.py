@@ -3,9 +3,9 @@
 Our messages travel on a private duplicate, so a user's point-to-point traffic on
 the same communicator is never matched by ours.  Phase 1 and phase 2 are plans run on
 that duplicate (run/phases.py), so the library makes no sub-communicator of the early
-ranks; the communicators of one user communicator are the private duplicate, the
-arrival table's duplicate and the node communicator (one ``Split_type``), plus, for
-hierarchical calls, one of each node without its straggler (``node_early_comm``).
+ranks, nor of a node; the communicators of one user communicator are the private
+duplicate and the arrival table's duplicate (the node communicator that finds the
+layout at setup is freed at once).
 
 Every collective step here runs under the call's deadline (an MPI_Wtime, 0 = none):
 the setup (first call) with a deadline first waits for a presence message from every
@@ -47,8 +47,7 @@ class State:
         self.bindings = bindings
         self.log = None                   # what tracked calls ran, for the report (call/report.Log)
         self._arrivals = None             # the arrival table (decide/arrival.Arrivals), set at setup
-        self.topology, self.node_comm, self.links = None, None, None
-        self.node_early = {}              # straggler -> its node without it (hierarchical)
+        self.topology, self.links = None, None
         self._scratch = np.empty(0, dtype=np.uint8)
         self.pools = {}                   # memory backends' scratch, per operation (_memory.Pool)
 
@@ -59,6 +58,8 @@ class State:
         library's own (a nonblocking lane's duplicate, every member in it): it serves as
         the private duplicate, and its owner frees it."""
         if private:
+            if deadline and comm.Get_size() > 1:
+                _presence(comm, deadline)     # the key broadcast below blocks: all must be here
             self.private, self.owns_private = comm, False
         else:
             self.private = self._duplicate(comm, deadline)
@@ -84,19 +85,6 @@ class State:
     def tiers(self):
         """(topology, links) when the communicator spans nodes, else None (one tier)."""
         return None if self.links is None else (self.topology, self.links)
-
-    def node_early_comm(self, straggler):
-        """The straggler's node without it (call on that node's early ranks)."""
-        sub = self.node_early.get(straggler)
-        if sub is None:
-            group = self.node_comm.Get_group()
-            local = self.topology.local(straggler)
-            early = group.Excl([local])
-            sub = self.node_comm.Create_group(early, tags.NODE_SUBCOMM)
-            early.Free()
-            group.Free()
-            self.node_early[straggler] = sub
-        return sub
 
     def arrivals(self):
         """The shared arrival table (made collectively with the state, in the first call)."""
@@ -130,12 +118,6 @@ class State:
         if MPI.Is_finalized():
             return
         self.free_arrivals()
-        for sub in self.node_early.values():
-            if sub is not None:
-                sub.Free()
-        self.node_early.clear()
-        if self.node_comm is not None:
-            self.node_comm.Free()
         if self.private is not None and self.owns_private:
             self.private.Free()
 

@@ -1,8 +1,8 @@
 """Every tag the library sends with, in one table.
 
-Round messages of a plan use ``round % ROUND_TAGS`` (0..32766) on the call's private
-duplicate; every other message of the library has a tag of its own here, above those
-or on a communicator of its own.  The setup tags count down from MPI_TAG_UB (at least
+Round messages of a plan (phase 1 and phase 2 of every algorithm) use
+``round % ROUND_TAGS`` (0..32766) on the call's private duplicate; every other message of
+the library has a tag of its own here, above those or on a communicator of its own.  The setup tags count down from MPI_TAG_UB (at least
 32767 by the standard), so they never meet a round's.
 """
 from __future__ import annotations
@@ -10,9 +10,6 @@ from __future__ import annotations
 from mpi4py import MPI
 
 ROUND_TAGS = 32767          # a plan's round r sends with tag r % ROUND_TAGS
-ACROSS = 32767              # hierarchical phase 1: slices between nodes (run/hierarchical.py)
-SUBCOMM = 4242              # Create_group of the early ranks (core/state.py)
-NODE_SUBCOMM = 4243         # Create_group of a node without the straggler (core/state.py)
 PING = 4244                 # link measurement between nodes, at setup (decide/topology.py)
 CLOCK = 7301                # clock offsets, at setup (decide/clock.py)
 BENCH_MODEL = 7302          # the benchmark's own link measurement (bench/_model.py)

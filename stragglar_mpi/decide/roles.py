@@ -20,10 +20,9 @@ def setup(state):
     the arrival table, the nodes and, across several nodes, the link figures."""
     state.keep_arrivals(Arrivals(state.private))
     state.topology, node_comm = _topology.discover(state.private)
-    if state.topology.flat:       # nothing hierarchical runs here: no node communicator kept
-        node_comm.Free()
+    node_comm.Free()              # both tiers run on the private duplicate: only the layout is kept
+    if state.topology.flat:
         return
-    state.node_comm = node_comm
     model = _config.current().model
     if len(model) == 5:
         state.links = _topology.Links(model[0], model[1], model[3], model[4])

@@ -35,14 +35,13 @@ def build(algorithm: str, n: int, straggler: int | None = None) -> Schedule:
 
 @functools.lru_cache(maxsize=64)
 def _verified_canonical(n: int) -> int:
-    """StragglAR with straggler n-1, verified once per n; its rounds.  Powers of two are
-    checked in the field form (NumPy columns), without Transfer objects."""
+    """StragglAR with straggler n-1, verified once per n; its rounds.  Checked as NumPy
+    copy columns round by round (stragglar.verify_canonical), without Transfer objects for
+    powers of two and for the NumPy greedy."""
     if not isinstance(n, int) or n < 1:
         raise ScheduleError(f"n must be an int >= 1, got {n!r}")
-    if _is_field(n):
-        from .verify import verify_field
-        return verify_field(n)
-    return len(verify(synthesize(n)).rounds)
+    from .stragglar import verify_canonical
+    return verify_canonical(n)
 
 
 def _is_field(n: int) -> bool:
@@ -68,7 +67,8 @@ def rank_view(algorithm: str, n: int, straggler: int | None, rank: int):
     StragglAR is built for straggler n-1 and relabelled here, one rank at a time:
     canonical early label i is real rank i, or i+1 at and above the straggler.
     For a power of two no whole schedule is built: O(rounds) time and memory.  Other
-    n slice the canonical schedule, built and verified once per n and process.
+    n: ``rank_rounds`` verifies what it slices (the canonical schedule up to 256, one
+    checked pass of the NumPy greedy above).
     """
     if algorithm != "stragglar":
         chunks, slices = _slices(algorithm, n, straggler)
@@ -76,8 +76,6 @@ def rank_view(algorithm: str, n: int, straggler: int | None, rank: int):
     straggler = n - 1 if straggler is None else straggler
     if not 0 <= straggler < n or not 0 <= rank < n:
         raise ScheduleError(f"straggler and rank must be in 0..{n - 1}, got {straggler}, {rank}")
-    if not _is_field(n):
-        _verified_canonical(n)
     # The field form is a proof (docs/SCHEDULES.md), verified for every power of two up
     # to 4096 by the unit tests and for any n by `python -m stragglar_mpi.schedule verify`;
     # verifying it again on every rank would cost O(n^2) (1.9 s at n=4096).

@@ -4,6 +4,10 @@ Labels: the straggler S is rank n-1 and early rank i owns chunk i after the
 ReduceScatter of phase 1.  Round r < n-1 always holds the exchange of chunk r
 between S and rank r (both reduce); every other transfer copies a fully
 reduced chunk.  ``synthesize`` relabels for any other straggler.
+
+Three constructions: the field form for powers of two (a proof, O(1) per rank and
+round); the augmenting greedy with its stored seeds up to ``AUGMENTING_MAX``; the
+NumPy greedy (``greedy.py``) above it, checked round by round as it is produced.
 """
 from __future__ import annotations
 
@@ -15,7 +19,12 @@ from importlib import resources
 
 from .model import Schedule, ScheduleError, Transfer, gc_paused
 
-__all__ = ["synthesize", "lower_bound_rounds", "rank_rounds"]
+__all__ = ["synthesize", "lower_bound_rounds", "rank_rounds", "copy_columns"]
+
+#: Up to this n (not a power of two) the augmenting greedy builds the schedule, with the
+#: seeds of data/seeds.json; above it the NumPy greedy of greedy.py (about n^2 log n
+#: instead of n^3, at most a round or two longer).
+AUGMENTING_MAX = 256
 
 
 def lower_bound_rounds(n: int) -> int:
@@ -48,21 +57,52 @@ def _construct(n: int) -> Schedule:
         return Schedule("stragglar", 1, 0, 1, ())
     if n & (n - 1) == 0:
         rounds = _field_rounds(n)
-    else:
+    elif n <= AUGMENTING_MAX:
         rounds = _as_transfers(_greedy_rounds(n, _seeds().get(n, 0)), n - 1)
+    else:
+        rounds = _as_transfers((zip(*(col.tolist() for col in cols))
+                                for cols in _numpy_greedy(n)), n - 1)
     return Schedule("stragglar", n, n - 1, n - 1, rounds)
 
 
+def _is_field(n: int) -> bool:
+    return n > 2 and n & (n - 1) == 0
+
+
+def _numpy_greedy(n: int):
+    from .greedy import copy_rounds
+    return copy_rounds(n, _seeds("numpy").get(n, 0))
+
+
+def copy_columns(n: int):
+    """The copies of the canonical schedule round by round, as (src, dst, chunk) NumPy
+    columns (round t < n-1 also holds the exchange of chunk t, implied).  Powers of two
+    and large n never build ``Transfer`` objects."""
+    import numpy as np
+    if _is_field(n):
+        return field_round_arrays(n)
+    if n > AUGMENTING_MAX:
+        return _numpy_greedy(n)
+    rounds = _canonical(n).rounds
+    return ((np.array([t.src for t in rnd if not t.reduce], dtype=np.int64),
+             np.array([t.dst for t in rnd if not t.reduce], dtype=np.int64),
+             np.array([t.chunk for t in rnd if not t.reduce], dtype=np.int64)) for rnd in rounds)
+
+
 def rank_rounds(n: int, label: int) -> list[tuple[Transfer, ...]]:
-    """The transfers of canonical rank ``label`` (straggler n-1), round by round.
+    """The verified transfers of canonical rank ``label`` (straggler n-1), round by round.
 
     Powers of two: read off the field pattern, O(rounds) time and memory, without
-    the whole schedule.  Other n: the slice of the cached canonical schedule.
+    the whole schedule (the field form is a proof).  Up to ``AUGMENTING_MAX``: the slice
+    of the cached canonical schedule, verified once.  Above: one pass of the NumPy
+    greedy, checked round by round, keeping only this label's part and its neighbours'.
     """
     if not 0 <= label < n:
         raise ScheduleError(f"rank must be in 0..{n - 1}, got {label}")
-    if n > 2 and n & (n - 1) == 0:
+    if _is_field(n):
         return _field_rank_rounds(n, label)
+    if n > AUGMENTING_MAX:
+        return _streamed_slice(n, label)
     return _slice(n, label)
 
 
@@ -70,7 +110,52 @@ def rank_rounds(n: int, label: int) -> list[tuple[Transfer, ...]]:
 def _slice(n: int, label: int) -> tuple[tuple[Transfer, ...], ...]:
     """One rank's part of the cached canonical schedule.  A rank meets at most three
     labels whatever the straggler (itself, the one below it, the straggler's)."""
+    _verified_whole(n)
     return tuple(tuple(t for t in rnd if label in (t.src, t.dst)) for rnd in _canonical(n).rounds)
+
+
+@functools.lru_cache(maxsize=64)
+def _verified_whole(n: int) -> int:
+    from .verify import verify
+    return len(verify(_canonical(n)).rounds)
+
+
+_STREAMED: dict[int, dict[int, tuple]] = {}
+
+
+def _streamed_slice(n: int, label: int) -> tuple[tuple[Transfer, ...], ...]:
+    """A real rank has one of three labels whatever the straggler (its own, the one
+    below, the straggler's), so one pass keeps label-1, label, label+1 and n-1."""
+    known = _STREAMED.setdefault(n, {})
+    if label not in known:
+        if len(_STREAMED) > 4:
+            del _STREAMED[next(k for k in _STREAMED if k != n)]
+        wanted = {u for u in (label - 1, label, label + 1, n - 1) if 0 <= u < n}
+        known.update(_checked_slices(n, wanted))
+    return known[label]
+
+
+def _checked_slices(n: int, labels) -> dict[int, tuple]:
+    """Run the greedy once through the round checker; keep the transfers of ``labels``."""
+    import numpy as np
+    from .verify import checked_copy_rounds
+    m = n - 1
+    slices = {u: [] for u in labels}
+    send_at, recv_at = np.full(n, -1, np.int64), np.full(n, -1, np.int64)
+    with gc_paused():
+        for t, (src, dst, chunk) in enumerate(checked_copy_rounds(n, _numpy_greedy(n))):
+            index = np.arange(len(src))
+            send_at[src], recv_at[dst] = index, index
+            for u, rounds in slices.items():
+                mine = _exchange(t, m, t) if t < m and u in (t, m) else ()
+                i, j = send_at[u], recv_at[u]
+                if i >= 0:
+                    mine += (Transfer(u, int(dst[i]), int(chunk[i])),)
+                if j >= 0:
+                    mine += (Transfer(int(src[j]), u, int(chunk[j])),)
+                rounds.append(mine)
+            send_at[src], recv_at[dst] = -1, -1
+    return {u: tuple(rounds) for u, rounds in slices.items()}
 
 
 def _exchange(rank: int, straggler: int, chunk: int) -> tuple[Transfer, Transfer]:
@@ -86,13 +171,14 @@ def _as_transfers(copies_per_round, m: int) -> list[tuple[Transfer, ...]]:
 
 
 @functools.lru_cache(maxsize=None)
-def _seeds() -> dict[int, int]:
-    """The best greedy seed found offline for each n (see ``best_seed``)."""
+def _seeds(which: str = "seeds") -> dict[int, int]:
+    """The best greedy seed found offline for each n (see ``best_seed``): "seeds" for the
+    augmenting greedy, "numpy" for the NumPy one (greedy.py)."""
     try:
         text = resources.files(__package__).joinpath("data/seeds.json").read_text()
     except FileNotFoundError:
         return {}
-    return {int(n): seed for n, seed in json.loads(text)["seeds"].items()}
+    return {int(n): seed for n, seed in json.loads(text).get(which, {}).items()}
 
 
 def best_seed(n: int, tries: int, seconds: float = float("inf")) -> tuple[int, int]:
@@ -397,3 +483,22 @@ _popcount = getattr(int, "bit_count", lambda x: bin(x).count("1"))  # bit_count:
 def _bits(mask: int) -> list[int]:
     """Positions of the set bits, lowest first."""
     return [i for i, bit in enumerate(bin(mask)[:1:-1]) if bit == "1"]
+
+
+def verify_field(n: int) -> int:
+    """Verify the canonical power-of-two StragglAR schedule without building it; its rounds."""
+    from .verify import check_stragglar_copies
+    return check_stragglar_copies(n, field_round_arrays(n))
+
+
+def verify_canonical(n: int) -> int:
+    """Verify the canonical StragglAR schedule (straggler n-1) of any n; its rounds.
+
+    Checked as copy columns round by round (``checked_copy_rounds``): the field form
+    and the NumPy greedy never build ``Transfer`` objects, so this is O(n^2) time and
+    n^2 bytes of state whatever n.
+    """
+    from .verify import check_stragglar_copies, verify
+    if n <= 2:
+        return len(verify(synthesize(n)).rounds)
+    return check_stragglar_copies(n, copy_columns(n))

@@ -9,15 +9,20 @@ over all ``n`` ranks, so a missing contribution fails too.  A "reduce_to_owners"
 schedule (hierarchical StragglAR's phase 1) starts from the ranks' own contributions
 and must end with ``owners[c]`` holding chunk c reduced over every rank but the
 straggler, which takes no part in it.
+
+StragglAR whose only reductions are the exchanges with the straggler needs one bit
+per (rank, chunk) instead of a set (``_verify_stragglar``, and ``checked_copy_rounds``
+for schedules given as NumPy columns): n^2 bits instead of n^3, the same proof.
 """
 from __future__ import annotations
 
 import operator
 
 from .algorithms import ALGORITHMS, MULTI_PORT, PHASE1, SCHEDULE_ONLY, TOPOLOGY_ALGORITHMS
-from .model import Schedule, ScheduleError, gc_paused
+from .model import Schedule, ScheduleError, Transfer, gc_paused
 
-__all__ = ["verify", "verify_field", "check_stragglar_copies"]
+__all__ = ["verify", "check_stragglar_copies",
+           "checked_copy_rounds"]
 
 def verify(schedule: Schedule) -> Schedule:
     """Return ``schedule`` if it implements AllReduce, else raise ``ScheduleError``."""
@@ -27,6 +32,8 @@ def verify(schedule: Schedule) -> Schedule:
 
 def _verify(schedule: Schedule) -> Schedule:
     _check_header(schedule)
+    if schedule.algorithm == "stragglar" and schedule.n > 2 and _verify_stragglar(schedule):
+        return schedule
     state = _precondition(schedule)
     full = (1 << schedule.n) - 1
     one_chunk = schedule.algorithm in ("stragglar", "hierarchical")
@@ -42,6 +49,61 @@ def _verify(schedule: Schedule) -> Schedule:
     else:
         _check_complete(state, full)
     return schedule
+
+
+def _verify_stragglar(s: Schedule) -> bool:
+    """StragglAR whose only reductions are the exchanges (round r: early rank r and the
+    straggler, chunk r): one bit per (rank, chunk), "holds the full sum", proves what
+    the contribution sets prove (see ``checked_copy_rounds``) in n^2 bits instead of
+    n^3.  False (nothing checked) for any other shape of reductions: the contribution
+    sets then run and name what is counted twice or missing."""
+    if not _exchanges_only(s):
+        return False
+    m, early, straggler = s.n - 1, s.early, s.straggler
+    full = [bytearray(m) for _ in range(s.n)]
+    for r, rnd in enumerate(s.rounds):
+        if not _ports_ok(s, _columns(rnd), True):
+            _check_ports(s, r, rnd, True)
+        copies = [t for t in rnd if not t.reduce]
+        for t in copies:
+            if not full[t.src][t.chunk]:
+                missing = _phase1_missing(s, t.src, t.chunk)
+                raise ScheduleError(
+                    f"round {r}: rank {t.src} copies chunk {t.chunk} to rank {t.dst} but does "
+                    f"not hold it fully reduced (missing contributions of ranks {_ranks(missing)})")
+        for t in copies:
+            full[t.dst][t.chunk] = 1
+        if r < m:
+            full[early[r]][r] = full[straggler][r] = 1
+    for rank, row in enumerate(full):
+        if row.count(1) < m:
+            chunk = row.index(0)
+            raise ScheduleError(f"after the last round rank {rank} holds chunk {chunk} without the "
+                                f"contributions of ranks {_ranks(_phase1_missing(s, rank, chunk))}")
+    return True
+
+
+def _exchanges_only(s: Schedule) -> bool:
+    m = s.n - 1
+    if len(s.rounds) < m:
+        return False
+    for r, rnd in enumerate(s.rounds):
+        reducing = sorted(t for t in rnd if t.reduce)
+        if r < m:
+            if len(reducing) != 2 or reducing != sorted(
+                    [Transfer(s.early[r], s.straggler, r, True), Transfer(s.straggler, s.early[r], r, True)]):
+                return False
+        elif reducing:
+            return False
+    return True
+
+
+def _phase1_missing(s: Schedule, rank: int, chunk: int) -> int:
+    """Contributions a (rank, chunk) lacks while no exchange or copy has reached it."""
+    everyone = (1 << s.n) - 1
+    if rank == s.early[chunk]:
+        return 1 << s.straggler
+    return everyone & ~(1 << rank)
 
 
 def _check_multi_port(s: Schedule, r: int, rnd) -> None:
@@ -208,49 +270,75 @@ def _ranks(mask: int, limit: int = 8) -> str:
     return f"[{shown}{', ...' if len(ranks) > limit else ''}]"
 
 
-def verify_field(n: int) -> int:
-    """Verify the canonical power-of-two StragglAR schedule without building it; its rounds."""
-    from .stragglar import field_round_arrays
-    return check_stragglar_copies(n, field_round_arrays(n))
-
-
 def check_stragglar_copies(n: int, rounds) -> int:
-    """Check a StragglAR schedule given as copy columns per round (NumPy).
+    """Check a StragglAR schedule given as copy columns per round (NumPy); its rounds.
+
+    See ``checked_copy_rounds``, which this runs to the end.
+    """
+    count = 0
+    for _ in checked_copy_rounds(n, rounds):
+        count += 1
+    return count
+
+
+def checked_copy_rounds(n: int, rounds):
+    """Yield each round of ``rounds`` once it is checked; raise ``ScheduleError`` at the
+    first fault, or after the last round if some rank lacks some chunk.
 
     ``rounds`` yields (src, dst, chunk) int arrays per round; round t < n-1
     implicitly also holds the exchange of chunk t between early rank t and the
     straggler n-1 (both reduce, so both then hold chunk t fully reduced, phase 1
-    having left chunk t reduced over the early ranks at rank t).  Checks the one-port
-    rule (the exchanging pair does nothing else), that every copy carries a chunk
-    its sender holds fully reduced, and that everyone holds everything at the end.
-    Holders are a boolean rank x chunk matrix: a round costs a few vector operations.
+    having left chunk t reduced over the early ranks at rank t).
+
+    Why booleans suffice (the same proof as the contribution sets of ``verify``):
+    the exchanges are the only reductions, so a (rank, chunk) that no exchange or copy
+    has reached still holds what phase 1 left there: never the sum over all ranks,
+    and a copy from it is refused.  Rank t and the straggler reduce chunk t with the
+    operands phase 1 left (a copy of chunk t before round t would need a holder of the
+    full sum, and there is none), so both hold the full sum after round t; a copy of a
+    full sum makes another.  So "holds chunk c reduced over all n ranks" is one bit.
+    Checks the one-port rule (the exchanging pair does nothing else), that every copy
+    carries a chunk its sender holds fully reduced, and that everyone holds everything
+    at the end.  A round costs a few vector operations.
     """
     import numpy as np
     m = n - 1
     holds = np.zeros((n, max(m, 1)), dtype=bool)
-    count = 0
+    t = -1
     for t, (src, dst, chunk) in enumerate(rounds):
-        count += 1
-        ranks = np.concatenate([src, dst])
-        if len(ranks) and (ranks.min() < 0 or ranks.max() > m or chunk.min() < 0 or chunk.max() >= m):
-            raise ScheduleError(f"round {t}: a copy is out of range (n={n})")
-        busy = [t, m] if t < m else []
-        for name, side in (("sends", src), ("receives", dst)):
-            seen = np.bincount(np.concatenate([side, busy]).astype(np.int64), minlength=n)
-            if seen.max(initial=0) > 1:
-                rank = int(seen.argmax())
-                raise ScheduleError(f"round {t}: rank {rank} {name} more than once (one-port rule)")
-        if np.any(src == dst):
-            raise ScheduleError(f"round {t}: a rank copies to itself")
-        held = holds[src, chunk]
-        if not held.all():
-            i = int(np.argmin(held))
-            raise ScheduleError(f"round {t}: rank {src[i]} copies chunk {chunk[i]} to rank "
-                                f"{dst[i]} but does not hold it fully reduced")
+        _check_copy_round(t, n, holds, src, dst, chunk)
         holds[dst, chunk] = True
         if t < m:
             holds[t, t] = holds[m, t] = True
+        yield src, dst, chunk
+    if t < m - 1:
+        raise ScheduleError(f"{t + 1} rounds cannot hold the exchanges of {m} chunks")
     if m and not holds.all():
         rank, chunk = np.argwhere(~holds)[0]
         raise ScheduleError(f"after the last round rank {rank} lacks chunk {chunk}")
-    return count
+
+
+def _check_copy_round(t, n, holds, src, dst, chunk) -> None:
+    import numpy as np
+    m = n - 1
+    if not len(src):
+        return
+    if not len(src) == len(dst) == len(chunk):
+        raise ScheduleError(f"round {t}: copy columns of different lengths")
+    if (min(src.min(), dst.min(), chunk.min()) < 0 or max(src.max(), dst.max()) > m
+            or chunk.max() >= m):
+        raise ScheduleError(f"round {t}: a copy is out of range (n={n})")
+    busy = [t, m] if t < m else []
+    for name, side in (("sends", src), ("receives", dst)):
+        seen = np.bincount(side, minlength=n)
+        seen[busy] += 1
+        if seen.max() > 1:
+            rank = int(seen.argmax())
+            raise ScheduleError(f"round {t}: rank {rank} {name} more than once (one-port rule)")
+    if (src == dst).any():
+        raise ScheduleError(f"round {t}: a rank copies to itself")
+    held = holds[src, chunk]
+    if not held.all():
+        i = int(np.argmin(held))
+        raise ScheduleError(f"round {t}: rank {src[i]} copies chunk {chunk[i]} to rank "
+                            f"{dst[i]} but does not hold it fully reduced")

@@ -2,6 +2,11 @@
 
     python tests/perf/bench_schedule.py             # the figures of docs/SCHEDULES.md
     python tests/perf/bench_schedule.py --quick     # tiny sizes (CI smoke test)
+    python tests/perf/bench_schedule.py --whole 1000 --rank 1000,4095 --straggler 256 \
+        --checked 1000,1500,2047,3000,4095 --verify 2       # mostly the large-n figures
+
+Peak RSS of the command line's check is measured outside, one process per n:
+    /usr/bin/time -v python -m stragglar_mpi.schedule verify --n 4095 --algorithm stragglar
 
 No MPI: everything here is what one rank computes before its first call.  Times
 are CPU seconds (process_time) and wall seconds; on a shared machine only the
@@ -14,6 +19,7 @@ import tracemalloc
 
 from stragglar_mpi.run.plan import compile_rounds
 from stragglar_mpi.schedule import lower_bound_rounds, rank_view, stragglar, synthesize, verify
+from stragglar_mpi.schedule.stragglar import verify_canonical
 from stragglar_mpi.schedule.__main__ import main as cli, parse_ns
 
 COUNT, EXTENT = 1 << 20, 4   # 4 MiB of float32 per call: the plan's size does not depend on it
@@ -23,8 +29,9 @@ def _clear():
     import stragglar_mpi.schedule as sched
     for cached in (stragglar._canonical, stragglar._slice, stragglar._field_tables,
                    stragglar._field_pattern, stragglar._powers_of_primitive,
-                   sched._verified_canonical, sched.build):
+                   stragglar._verified_whole, sched._verified_canonical, sched.build):
         cached.cache_clear()
+    stragglar._STREAMED.clear()
 
 
 def _timed(fn, tries):
@@ -57,9 +64,26 @@ def whole(ns, tries):
 
 def one_rank(ns, tries):
     for n in ns:
-        cpu, wall = _timed(lambda: _plan(n, n - 1, n // 3), tries)
-        print(f"one rank's plan n={n} (cold, no whole schedule for a power of two): "
+        field = n & (n - 1) == 0
+        cpu, wall = _timed(lambda: _plan(n, n - 1, n // 3), tries if field else 1)
+        how = "field form" if field else (
+            "one checked pass of the NumPy greedy" if n > stragglar.AUGMENTING_MAX
+            else "the verified canonical schedule")
+        print(f"one rank's plan n={n} (cold, {how}): "
               f"{cpu * 1e3:.1f} ms cpu ({wall * 1e3:.1f} ms wall)")
+
+
+def checked(ns):
+    """What `python -m stragglar_mpi.schedule verify --n N` does: synthesize and check
+    the canonical schedule round by round (NumPy columns).  No tracemalloc here (it
+    slows the greedy's Python several times); peak RSS: /usr/bin/time, see above."""
+    for n in ns:
+        _clear()
+        cpu, wall = time.process_time(), time.perf_counter()
+        rounds = verify_canonical(n)
+        cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+        print(f"checked n={n}: {rounds} rounds, bound {lower_bound_rounds(n)} "
+              f"(+{rounds - lower_bound_rounds(n)}); {cpu:.2f} s cpu ({wall:.2f} s wall)")
 
 
 def new_straggler(ns, tries):
@@ -98,17 +122,20 @@ def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true", help="tiny sizes, for the CI smoke test")
     p.add_argument("--whole", type=parse_ns, default=parse_ns("1000,1024"))
-    p.add_argument("--rank", type=parse_ns, default=parse_ns("1024,4096"))
+    p.add_argument("--rank", type=parse_ns, default=parse_ns("1024,4096,1000,4095"))
     p.add_argument("--straggler", type=parse_ns, default=parse_ns("256,1024"))
+    p.add_argument("--checked", type=parse_ns, default=parse_ns("1000,1500,2047,3000,4095"),
+                   help="n for the round-by-round check of the NumPy columns (time, memory)")
     p.add_argument("--verify", default="2..64,128,256,512,1024,2048,4096",
-                   help="n for the bound check (non-powers of two use the greedy: slow above ~200)")
+                   help="n for the bound check through the command line")
     p.add_argument("--tries", type=int, default=3)
     args = p.parse_args()
     if args.quick:
-        args.whole, args.rank, args.straggler = [24, 32], [64], [16, 32]
-        args.verify, args.tries = "2..16,32", 1
+        args.whole, args.rank, args.straggler = [24, 32], [64, 300], [16, 32]
+        args.verify, args.tries, args.checked = "2..16,32", 1, [300]
     whole(args.whole, args.tries)
     one_rank(args.rank, args.tries)
+    checked(args.checked)
     new_straggler(args.straggler, args.tries)
     peak_bytes(args.rank)
     return bound(args.verify)

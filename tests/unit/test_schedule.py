@@ -301,7 +301,7 @@ def test_rank_view_is_the_slice_of_the_relabelled_schedule(algorithm, n):
 
 
 def test_field_verifier_every_power_of_two_to_4096():
-    from stragglar_mpi.schedule.verify import verify_field
+    from stragglar_mpi.schedule.stragglar import verify_field
     for L in range(2, 13):
         assert verify_field(1 << L) == lower_bound_rounds(1 << L)
 
@@ -348,3 +348,151 @@ def test_verified_rounds_without_the_whole_schedule():
     assert verified_rounds("ring", 6) == 10
     with pytest.raises(ScheduleError):
         verified_rounds("stragglar", 8, 8)
+
+
+# --- above n=256: the NumPy greedy, checked round by round -------------------
+
+def _copy_columns(n):
+    from stragglar_mpi.schedule.stragglar import copy_columns
+    return [tuple(np.asarray(col).copy() for col in cols) for cols in copy_columns(n)]
+
+
+@pytest.mark.parametrize("n", [257, 300, 383, 700])
+def test_numpy_greedy_within_two_rounds_of_the_bound(n):
+    from stragglar_mpi.schedule.stragglar import verify_canonical
+    assert 0 <= verify_canonical(n) - lower_bound_rounds(n) <= 2
+
+
+@pytest.mark.wallclock
+def test_numpy_greedy_at_a_thousand_ranks():
+    from stragglar_mpi.schedule import verified_rounds
+    start = time.process_time()
+    rounds = verified_rounds("stragglar", 1000)
+    elapsed = time.process_time() - start
+    assert rounds - lower_bound_rounds(1000) <= 2
+    assert elapsed < 20   # about 1.5 s of CPU; generous for a loaded machine
+
+
+def test_numpy_greedy_whole_schedule_verifies_symbolically():
+    s = synthesize(300)
+    assert verify(s) is s
+    assert len(s.rounds) == len(_copy_columns(300))
+    for r, rnd in enumerate(s.rounds):
+        reducing = sorted(t for t in rnd if t.reduce)
+        assert reducing == (sorted([Transfer(r, 299, r, True), Transfer(299, r, r, True)])
+                            if r < 299 else [])
+
+
+@pytest.mark.parametrize("n", [300, 383])
+def test_rank_rounds_above_256_are_the_slice_of_the_whole_schedule(n):
+    from stragglar_mpi.schedule import rank_rounds, stragglar
+    stragglar._STREAMED.clear()
+    whole = synthesize(n)
+    for rank in (0, 1, 2, n // 2, n - 3, n - 2, n - 1):
+        assert [sorted(rnd) for rnd in rank_rounds(n, rank)] == _slice(whole, rank)
+
+
+def test_rank_view_above_256_without_the_whole_schedule():
+    from stragglar_mpi.schedule import rank_view, stragglar
+    stragglar._canonical.cache_clear()
+    stragglar._STREAMED.clear()
+    whole = synthesize(300, 100)
+    stragglar._canonical.cache_clear()
+    for rank in (0, 99, 100, 101, 299):
+        chunks, rounds = rank_view("stragglar", 300, 100, rank)
+        assert chunks == 299 and [sorted(rnd) for rnd in rounds] == _slice(whole, rank)
+    assert stragglar._canonical.cache_info().currsize == 0   # one checked pass, no Transfers
+    # three passes (labels 0, 99, 298), each keeping its neighbours and the straggler's label
+    assert set(stragglar._STREAMED[300]) == {0, 1, 98, 99, 100, 297, 298, 299}
+
+
+def _broken_columns(n, r, edit):
+    rounds = _copy_columns(n)
+    rounds[r] = edit(*rounds[r])
+    return rounds
+
+
+@pytest.mark.parametrize("edit,message", [
+    (lambda s, d, c: (s[1:], d[1:], c[1:]), r"after the last round rank \d+ lacks chunk \d+"),
+    (lambda s, d, c: (np.r_[s[1], s[1:]], d, c), "sends more than once"),
+    (lambda s, d, c: (s, np.r_[d[1], d[1:]], c), "receives more than once"),
+    (lambda s, d, c: (s, d, c + 1), "does not hold it fully reduced"),
+    (lambda s, d, c: (s, s, c), "copies to itself"),
+    (lambda s, d, c: (s, np.r_[299, d[1:]], c), "receives more than once|out of range"),
+])
+def test_round_checker_rejects_broken_greedy_rounds(edit, message):
+    from stragglar_mpi.schedule.verify import check_stragglar_copies
+    rounds = _copy_columns(300)
+    last = len(rounds) - 1
+    r = 150 if "lacks" not in message else last
+    with pytest.raises(ScheduleError, match=message):
+        check_stragglar_copies(300, _broken_columns(300, r, edit))
+
+
+def test_round_checker_rejects_a_copy_of_a_chunk_before_its_exchange():
+    from stragglar_mpi.schedule.verify import check_stragglar_copies
+    rounds = _copy_columns(300)
+    s, d, c = rounds[150]
+    rounds[150] = (s, d, np.r_[200, c[1:]])     # chunk 200 is exchanged in round 200
+    with pytest.raises(ScheduleError, match=f"round 150: rank {s[0]} copies chunk 200"):
+        check_stragglar_copies(300, rounds)
+
+
+def test_round_checker_rejects_too_few_rounds():
+    from stragglar_mpi.schedule.verify import check_stragglar_copies
+    with pytest.raises(ScheduleError, match="cannot hold the exchanges"):
+        check_stragglar_copies(300, _copy_columns(300)[:200])
+
+
+# --- the one-bit StragglAR verifier agrees with the contribution sets --------
+
+def _verdict(schedule, symbolic):
+    import importlib
+    verify_module = importlib.import_module("stragglar_mpi.schedule.verify")
+    fast = verify_module._verify_stragglar
+    try:
+        if symbolic:
+            verify_module._verify_stragglar = lambda s: False
+        verify(schedule)
+        return None
+    except ScheduleError as exc:
+        return str(exc)
+    finally:
+        verify_module._verify_stragglar = fast
+
+
+@pytest.mark.parametrize("n", [5, 8, 12, 13])
+def test_one_bit_verifier_agrees_with_contribution_sets_on_random_edits(n):
+    import random
+    rng = random.Random(n)
+    base = synthesize(n)
+    for _ in range(150):
+        r = rng.randrange(len(base.rounds))
+        rnd = list(base.rounds[r])
+        kind = rng.choice(["drop", "add", "chunk", "reduce"])
+        t = rng.choice(rnd)
+        other = Transfer(rng.randrange(n), rng.randrange(n), rng.randrange(n - 1),
+                         kind == "reduce" and rng.random() < 0.5)
+        if kind == "drop":
+            rnd.remove(t)
+        elif kind == "chunk":
+            rnd[rnd.index(t)] = Transfer(t.src, t.dst, rng.randrange(n - 1), t.reduce)
+        else:
+            rnd.append(other)
+        broken = _edit(base, r, drop=base.rounds[r], add=rnd)
+        fast, symbolic = _verdict(broken, False), _verdict(broken, True)
+        assert (fast is None) == (symbolic is None), (r, kind, fast, symbolic)
+        if fast is not None and "copies chunk" in symbolic:
+            assert fast == symbolic
+
+
+def test_one_bit_verifier_names_missing_contributions():
+    s = synthesize(300)
+    last = s.rounds[-1][-1]
+    _rejects(_edit(s, len(s.rounds) - 1, drop=[last]),
+             f"after the last round rank {last.dst} holds chunk {last.chunk} without the "
+             r"contributions of ranks \[0, 1, 2, 3, 4, 5, 6, 7, \.\.\.\]")
+    copy = next(t for t in s.rounds[5] if not t.reduce and t.chunk < 4)
+    _rejects(_edit(s, 5, drop=[copy], add=[Transfer(copy.src, copy.dst, 200)]),
+             f"round 5: rank {copy.src} copies chunk 200 to rank {copy.dst} but does not hold it "
+             "fully reduced")
