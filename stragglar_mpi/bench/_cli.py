@@ -106,6 +106,9 @@ def parser() -> argparse.ArgumentParser:
     a("--shrink-above", type=parse_size, default="32M",
       help="above this size the iterations shrink in proportion to the size")
     a("-w", "--warmup", type=_at_least(0), default=1, help="untimed iterations (no delay) per size and algorithm")
+    a("--warmup-delayed", action="store_true",
+      help="the warm-up iterations keep the first iteration's straggler and delay, so that auto "
+           "starts the timed ones with a history, as in a job's steady state")
     a("-d", "--datatype", choices=_data.DTYPES, default="float32", help="element type")
     a("-o", "--op", choices=sorted(_data.OPS), default="sum", help="reduction")
     a("--delay", type=parse_delay, default="100",
@@ -329,9 +332,10 @@ def _measure(ctx, args, variants, k, nbytes):
     """Warm up, then the timed iterations, algorithms interleaved; rank 0 gets the samples."""
     n = ctx.comm.Get_size()
     todo = _run.draws(n, iterations(args, nbytes), args.straggler, _delay(args), args.seed, k, nbytes)
+    warm = _run.Draw(todo[0].straggler, todo[0].delay if args.warmup_delayed else 0.0)
     for variant in variants:
         for _ in range(args.warmup):
-            _run.run_one(ctx, variant, _run.Draw(todo[0].straggler, 0.0), check=False)
+            _run.run_one(ctx, variant, warm, check=False)
     samples = {v: [] for v in variants}
     for i, draw in enumerate(todo):
         check = args.check == "all" or (args.check == "first" and i == 0)

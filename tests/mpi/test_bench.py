@@ -117,8 +117,8 @@ def test_native_compositions_and_hring_side_by_side(comm, json_path):
             "-a", "native,native-comp1,native-comp4,hring"]
     if why is not None:
         assert "MPIR_CVAR_ALLREDUCE_COMPOSITION" in why
-        assert main(argv, comm) == 2
-        pytest.skip(why)
+        assert main(argv, comm) == 2         # refused on every rank: the test on this MPI
+        return
     before = _cvar.Cvar.open(_cvar.COMPOSITION).read()
     assert main(argv, comm) == 0
     assert _cvar.Cvar.open(_cvar.COMPOSITION).read() == before      # put back after each call
