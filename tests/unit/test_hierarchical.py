@@ -302,3 +302,16 @@ def test_hring_closed_form_on_unequal_nodes_counts_the_lanes(nodes):
     assert sim <= priced * 1.0001
     assert priced > costs(m, k, GiB, *LINKS)["hring"].post_arrival       # dearer than with k lanes
     assert sim == pytest.approx(priced, rel=0.25)
+
+
+def test_costs_are_cached_and_each_caller_gets_its_own_dict():
+    # auto prices every call: the second pricing is a cache hit, and a caller that
+    # changes its dict does not change what the next caller reads.
+    from stragglar_mpi.schedule import tiers
+    args = (4, 2, 64 << 20, 1e-5, 3e9, 3e-5, 8e8)
+    first = tiers.costs(*args)
+    hits = tiers._costs.cache_info().hits
+    first.pop("hring")
+    second = tiers.costs(*args)
+    assert tiers._costs.cache_info().hits == hits + 1
+    assert "hring" in second and second["hierarchical"] == first["hierarchical"]
