@@ -90,7 +90,8 @@ def _cliques(k):
 @NODES
 @pytest.mark.parametrize("n,k,transport", CLIQUE_RUNS)
 def test_hierarchical_on_emulated_nodes(n, k, transport):
-    rc, out = run_mpi(n, ["mpi/test_hierarchical.py"], transport, extra_env=_cliques(k))
+    rc, out = run_mpi(n, ["mpi/test_hierarchical.py", "mpi/test_hring.py"], transport,
+                      extra_env=_cliques(k))
     assert rc == 0, out[-20000:]
 
 

@@ -15,7 +15,7 @@ from .. import Allreduce, __version__
 from ..core.config import current as current_settings
 from ..run.transport import name as transport_name
 from ..schedule.units import format_size, parse_size
-from . import _clock, _data, _model, _report, _run
+from . import _clock, _cvar, _data, _model, _report, _run
 
 _MIB = 1 << 20
 
@@ -106,6 +106,9 @@ def parser() -> argparse.ArgumentParser:
     a("--shrink-above", type=parse_size, default="32M",
       help="above this size the iterations shrink in proportion to the size")
     a("-w", "--warmup", type=_at_least(0), default=1, help="untimed iterations (no delay) per size and algorithm")
+    a("--warmup-delayed", action="store_true",
+      help="the warm-up iterations keep the first iteration's straggler and delay, so that auto "
+           "starts the timed ones with a history, as in a job's steady state")
     a("-d", "--datatype", choices=_data.DTYPES, default="float32", help="element type")
     a("-o", "--op", choices=sorted(_data.OPS), default="sum", help="reduction")
     a("--delay", type=parse_delay, default="100",
@@ -129,8 +132,11 @@ def parser() -> argparse.ArgumentParser:
            "node i holds ranks i, i+m, ... (cyclic, MPICH's emulated cliques); as-is keeps them")
     a("-a", "--algorithms", type=parse_algorithms, default="native,ring,rhd,stragglar,auto",
       help="comma-separated, from native (plain comm.Allreduce), ring, rhd, stragglar, hierarchical, "
-           "direct, auto; "
-           "native2 runs native again: its ratio to native is the noise of the measurement")
+           "hring, direct, auto; "
+           "native2 runs native again: its ratio to native is the noise of the measurement; "
+           "native-comp1 / native-comp4 run native under MPICH's SMP-aware compositions "
+           "(MPIR_CVAR_ALLREDUCE_COMPOSITION=1: node reduce, roots' AllReduce, node bcast; "
+           "=4: multi-leader), set through MPI_T for that call only (MPICH only)")
     a("--no-bound", action="store_true",
       help="skip the lower bound (the straggler and a partner swap the whole buffer)")
     a("--check", choices=("first", "all", "none"), default="first",
@@ -235,6 +241,9 @@ def _problem(args, comm):
         return "unset STRAGGLAR_ALGO: it would force one algorithm on every row"
     if args.straggler not in (None, "random", "none") and int(args.straggler) >= n:
         return f"--straggler {args.straggler} is not a rank of {n} (0..{n - 1})"
+    for variant in args.algorithms:
+        if variant in _cvar.VARIANTS and _cvar.problem(variant):
+            return _cvar.problem(variant)
     if args.minbytes > args.maxbytes:
         return (f"-b/--minbytes {format_size(args.minbytes)} is larger than -e/--maxbytes "
                 f"{format_size(args.maxbytes)}")
@@ -323,9 +332,10 @@ def _measure(ctx, args, variants, k, nbytes):
     """Warm up, then the timed iterations, algorithms interleaved; rank 0 gets the samples."""
     n = ctx.comm.Get_size()
     todo = _run.draws(n, iterations(args, nbytes), args.straggler, _delay(args), args.seed, k, nbytes)
+    warm = _run.Draw(todo[0].straggler, todo[0].delay if args.warmup_delayed else 0.0)
     for variant in variants:
         for _ in range(args.warmup):
-            _run.run_one(ctx, variant, _run.Draw(todo[0].straggler, 0.0), check=False)
+            _run.run_one(ctx, variant, warm, check=False)
     samples = {v: [] for v in variants}
     for i, draw in enumerate(todo):
         check = args.check == "all" or (args.check == "first" and i == 0)

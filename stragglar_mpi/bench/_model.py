@@ -40,8 +40,8 @@ def predict(algorithm: str, n: int, straggler, nbytes: int, delay: float,
     """Modelled post-arrival time; native is modelled as RHD (MPICH's large-message choice)."""
     if algorithm == "bound":
         return alpha + nbytes / bandwidth
-    if algorithm == "hierarchical":     # needs the nodes and two tiers: schedule simulate --node-size
-        return float("nan")
+    if algorithm in ("hierarchical", "hring") or algorithm.startswith("native-comp"):
+        return float("nan")     # needs the nodes and two tiers: schedule simulate --node-size
     name = "rhd" if algorithm in ("native", "native2") else algorithm
     arrivals = [0.0] * n
     if straggler is not None:

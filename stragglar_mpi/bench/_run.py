@@ -12,9 +12,11 @@ from ..core import tags
 from ..schedule import build
 from ..schedule.algorithms import CHOICES
 from ._data import POISON, count_wrong
+from . import _cvar
 
 LIBRARY = tuple(a for a in CHOICES if a != "native")     # what stats() reports on
-VARIANTS = ("native", "native2") + LIBRARY + ("bound",)
+#: native-comp1/-comp4: the MPI's own AllReduce under MPICH's SMP-aware compositions (_cvar.py)
+VARIANTS = ("native", "native2") + tuple(_cvar.VARIANTS) + LIBRARY + ("bound",)
 
 
 
@@ -105,6 +107,12 @@ def _native(ctx, variant, straggler):
     MPI.Intracomm.Allreduce(ctx.comm, ctx.send, ctx.recv, ctx.op)
 
 
+def _composed(ctx, variant, straggler):
+    """The native call with the variant's control variable set, put back after."""
+    with _cvar.setting(variant):
+        MPI.Intracomm.Allreduce(ctx.comm, ctx.send, ctx.recv, ctx.op)
+
+
 def _library(ctx, variant, straggler):
     Allreduce(ctx.comm, ctx.send, ctx.recv, ctx.op, straggler=straggler, algorithm=variant)
 
@@ -118,7 +126,8 @@ def _bound(ctx, variant, straggler):
         ctx.comm.Sendrecv(ctx.send, peer, tags.BENCH_BOUND, ctx.recv, peer, tags.BENCH_BOUND)
 
 
-_CALLS = {"native": _native, "native2": _native, "bound": _bound}
+_CALLS = {"native": _native, "native2": _native, "bound": _bound,
+          **{name: _composed for name in _cvar.VARIANTS}}
 
 
 def partner_of(ctx, straggler):

@@ -39,8 +39,9 @@ def Allreduce(comm, sendbuf, recvbuf, op=MPI.SUM, *, straggler=None, algorithm=N
     last most often in recent calls, found without waiting).
     ``algorithm``: "auto" (default: native for small buffers or no delay,
     StragglAR when the observed delay pays), "stragglar", "hierarchical" (StragglAR
-    on two tiers, for communicators that span nodes), "ring", "rhd", "direct" or
-    "native"; the STRAGGLAR_ALGO environment variable overrides it.
+    on two tiers, for communicators that span nodes), "hring" (the hierarchical ring:
+    ReduceScatter inside each node, a ring per lane across nodes, AllGather inside;
+    the flat ring on one node), "ring", "rhd", "direct" or "native"; the STRAGGLAR_ALGO environment variable overrides it.
     Non-commutative ops, pair types (MAXLOC/MINLOC), derived datatypes and a
     single rank always take the native path.
     With STRAGGLAR_TIMEOUT set, a call that waits longer raises
@@ -125,6 +126,8 @@ def _decide(state, args, deadline):
                                        args.n, tracked=bool(deadline), deadline=deadline)
     if name == "hierarchical" and not _hierarchical.applies(state.topology, straggler):
         name = "stragglar"     # one node, a rank per node, S alone on its node: flat
+    if name == "hring" and not _hierarchical.hring_applies(state.topology):
+        name = "ring"          # one node or a rank per node: the flat ring
     return name, straggler, seq
 
 

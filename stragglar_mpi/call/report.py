@@ -26,7 +26,7 @@ exit for every communicator with tracked calls.
 from __future__ import annotations
 
 import sys
-from collections import deque
+from collections import Counter, deque
 
 from mpi4py import MPI
 
@@ -91,7 +91,8 @@ def _pricing(log, n):
         figures = (links.alpha_intra, links.bandwidth_intra, links.alpha_inter, links.bandwidth_inter)
         what = (f"the links measured at setup: inside a node alpha {figures[0]:g} s, bandwidth "
                 f"{figures[1]:g} B/s; between nodes alpha {figures[2]:g} s, bandwidth {figures[3]:g} B/s")
-        return (lambda nbytes: _best_synchronous(costs(m, k, nbytes, *figures))), what
+        lanes = min(len(node) for node in topology.nodes)
+        return (lambda nbytes: _best_synchronous(costs(m, k, nbytes, *figures, lanes))), what
     alpha, bandwidth, _ = _config.current().model
     what = f"STRAGGLAR_MODEL: alpha {alpha:g} s, bandwidth {bandwidth:g} B/s"
     return (lambda nbytes: _best_synchronous(costs(1, n, nbytes, alpha, bandwidth, alpha, bandwidth))), what
@@ -120,6 +121,8 @@ def render(log, n, label) -> str:
         lines.append(f"{rank:>4} {len(mine):>6} {len(mine) / len(calls):>6.1%} "
                      f"{_quantile(late, 0.5):>11.3f} {_quantile(late, 0.95):>8.3f} "
                      f"{len(ran):>9} {saved:>9.3f}")
+    ran = Counter(c[1] for c in calls)
+    lines.append("ran: " + ", ".join(f"{name} {count}" for name, count in sorted(ran.items())))
     lines.append(f"saved in all: {total:.3f} ms against a model of the best synchronous AllReduce, "
                  f"priced with {pricing}")
     return "\n".join(lines)

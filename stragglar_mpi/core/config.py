@@ -114,7 +114,7 @@ def _detected_or_flag(name, raw):
 
 KNOBS = (
     Knob("STRAGGLAR_ALGO", "algo", "", _algo,
-         "force an algorithm: `stragglar`, `hierarchical`, `ring`, `rhd`, `direct`, `native`, `auto`; "
+         "force an algorithm: `stragglar`, `hierarchical`, `hring`, `ring`, `rhd`, `direct`, `native`, `auto`; "
          "overrides `algorithm=` (as `NCCL_ALGO` does)"),
     Knob("STRAGGLAR_TRANSPORT", "transport", "cython", _transport, "`cython` or `python`"),
     # Below a few MiB a round costs more than the bandwidth StragglAR saves (the

@@ -32,15 +32,32 @@ def expected_gap(history):
     return gaps[len(gaps) // 2] if gaps else 0.0
 
 
+#: What "auto" takes when nobody is late enough: the MPI's own AllReduce, or across nodes
+#: our hierarchical ring where the two-tier model prices it below the MPI's.
+SYNCHRONOUS = ("native", "hring")
+
+
+def synchronous_algorithm(nbytes, tiers=None):
+    """The fastest synchronous AllReduce: "native" on one tier; across nodes, "hring"
+    when the two-tier model prices it below native (the MPI's own, priced as a flat
+    ring or recursive halving/doubling at the slower tier)."""
+    if tiers is None:
+        return "native"
+    model = _two_tier_model(nbytes, *tiers)
+    return "hring" if model["hring"].post_arrival < model["native"].post_arrival else "native"
+
+
 def auto_algorithm(history, n, nbytes, tiers=None):
     """"stragglar" when the expected delay hides its ReduceScatter and it then beats a
     synchronous AllReduce by the configured margin; otherwise "native".
 
     ``tiers``: (topology, links) of a communicator that spans nodes; then the choice is
-    among native, flat stragglar and hierarchical by the two-tier model.
+    among native, hring, flat stragglar and hierarchical by the two-tier model.
     """
-    if n < 3 or not history:
+    if n < 3:
         return "native"
+    if not history:
+        return synchronous_algorithm(nbytes, tiers)
     if tiers is not None:
         return _auto_two_tier(history, nbytes, *tiers)
     alpha, bandwidth, margin = _config.model()[:3]
@@ -49,19 +66,25 @@ def auto_algorithm(history, n, nbytes, tiers=None):
     return "stragglar" if after_arrival * margin < model["native"].post_arrival else "native"
 
 
+def _two_tier_model(nbytes, topology, links):
+    m, k = len(topology.nodes), max(len(node) for node in topology.nodes)
+    return costs(m, k, nbytes, links.alpha_intra, links.bandwidth_intra,
+                 links.alpha_inter, links.bandwidth_inter, min(len(node) for node in topology.nodes))
+
+
 def _auto_two_tier(history, nbytes, topology, links):
-    """The fastest after arrival of native, flat stragglar and hierarchical (schedule/tiers.py).
+    """The fastest after arrival of native, hring, flat stragglar and hierarchical
+    (schedule/tiers.py).
 
     Native is priced as a flat ring or recursive halving/doubling at the slower tier
-    (an MPI that does not follow the nodes); StragglAR must win by the margin.
+    (an MPI that does not follow the nodes); the synchronous choice is the cheaper of
+    native and hring, and a straggler-aware one must beat it by the margin.
     """
     margin = _config.model()[2]
-    m, k = len(topology.nodes), max(len(node) for node in topology.nodes)
-    model = costs(m, k, nbytes, links.alpha_intra, links.bandwidth_intra,
-                  links.alpha_inter, links.bandwidth_inter)
+    model = _two_tier_model(nbytes, topology, links)
     gap = expected_gap(history)
-    native = model["native"].post_arrival
+    sync = "hring" if model["hring"].post_arrival < model["native"].post_arrival else "native"
     late = predict_straggler(history, len(topology.node_of))
     candidates = ["stragglar"] + (["hierarchical"] if len(topology.node(late)) > 1 else [])
     best = min(candidates, key=lambda name: model[name].after(gap))
-    return best if model[best].after(gap) * margin < native else "native"
+    return best if model[best].after(gap) * margin < model[sync].post_arrival else sync

@@ -11,7 +11,8 @@ from ..core.errors import Pending
 from ..schedule.algorithms import has_roles
 from . import topology as _topology
 from .arrival import Arrivals
-from .policy import SAMPLE_FIRST, SAMPLE_MAX, auto_algorithm, predict_straggler
+from .policy import (SAMPLE_FIRST, SAMPLE_MAX, SYNCHRONOUS, auto_algorithm, predict_straggler,
+                     synchronous_algorithm)
 
 
 def setup(state):
@@ -36,7 +37,7 @@ def roles(state, name, policy, nbytes, n, tracked=False, deadline=0.0):
     if not (needs_roles or (tracked and n > 1)):
         return name, (policy if has_roles(name) else None)
     if name == "auto" and not tracked and not sampled(state, n, nbytes):
-        return "native", None
+        return synchronous_algorithm(nbytes, state.tiers()), None
     arrivals = state.arrivals()
     if arrivals.arrive(deadline) is None:
         raise Pending((), "the arrival notices of the previous call")
@@ -80,8 +81,8 @@ def sampled(state, n, nbytes):
     state.auto_calls += 1
     calls, history = state.auto_calls, state.history
     tiers = state.tiers()
-    if not history or (auto_algorithm([history[-1]], n, nbytes, tiers) != "native"
-                       or auto_algorithm(history, n, nbytes, tiers) != "native"):
+    if not history or (auto_algorithm([history[-1]], n, nbytes, tiers) not in SYNCHRONOUS
+                       or auto_algorithm(history, n, nbytes, tiers) not in SYNCHRONOUS):
         state.next_pair, state.pair_gap = calls + SAMPLE_FIRST, SAMPLE_FIRST
         return True
     if calls == state.next_pair + 1:

@@ -29,6 +29,9 @@ def execute(comm, state, name, straggler, args, transport, deadline, staging=Non
     if name == "hierarchical":
         commutative = exactly_commutative(args.op, args.out.datatype)
         return _hierarchical.run(state, straggler, args, transport, deadline, wait_all, commutative)
+    if name == "hring":
+        commutative = exactly_commutative(args.op, args.out.datatype)
+        return _hierarchical.run_hring(state, args, transport, deadline, MEMORY[args.route], commutative)
     return run_schedule(state, name, straggler, args, transport, deadline, MEMORY[args.route], staging)
 
 

@@ -8,6 +8,11 @@ runs them one after the other with the same interpreter; phase 1's rounds are
 numbered after phase 2's, so the two never share a tag.  The pieces per slice come
 from the two-tier model (schedule/tiers.py ``pieces``) for the buffer's size and the
 communicator's links, the same on every rank.
+
+``algorithm="hring"``: the synchronous hierarchical ring (schedule/hierarchical.py
+``hring``: ReduceScatter inside each node, a ring per lane across the nodes, AllGather
+inside), one plan per rank, run by the same interpreter in the call's memory.  Every
+chunk is reduced at one place and then copied, so every rank ends with the same bits.
 """
 from __future__ import annotations
 
@@ -18,7 +23,7 @@ from mpi4py import MPI
 from . import transport as _transport
 from .plan import compile_rounds
 from ..schedule import verify
-from ..schedule.hierarchical import hierarchical, owners_of, phase1, pieces_for, rank_rounds
+from ..schedule.hierarchical import hierarchical, hring, owners_of, phase1, pieces_for, rank_rounds
 from ..schedule.tiers import pieces as model_pieces
 
 #: Up to this many ranks a process verifies both whole schedules once per (nodes,
@@ -30,6 +35,51 @@ VERIFY_UP_TO = 256
 def applies(topology, straggler) -> bool:
     """Whether the hierarchical schedule differs from flat StragglAR here."""
     return not topology.flat and len(topology.node(straggler)) > 1
+
+
+def hring_applies(topology) -> bool:
+    """Whether the hierarchical ring differs from the flat ring here (several nodes, one
+    of them with a second rank)."""
+    return not topology.flat
+
+
+@lru_cache(maxsize=16)
+def _hring_slices(nodes):
+    """(chunks, every rank's rounds) of the verified hierarchical ring for ``nodes``."""
+    schedule = hring(nodes)
+    if schedule.n <= VERIFY_UP_TO:
+        verify(schedule)
+    mine = [[] for _ in range(schedule.n)]
+    for rnd in schedule.rounds:
+        by_rank = [[] for _ in range(schedule.n)]
+        for t in rnd:
+            by_rank[t.src].append(t)
+            if t.dst != t.src:
+                by_rank[t.dst].append(t)
+        for r in range(schedule.n):
+            mine[r].append(tuple(by_rank[r]))
+    return schedule.chunks, tuple(tuple(rounds) for rounds in mine)
+
+
+@lru_cache(maxsize=256)
+def hring_plan(nodes, rank, count, extent, in_place, commutative):
+    """(chunks, plan) of ``rank`` in the hierarchical ring."""
+    chunks, slices = _hring_slices(nodes)
+    return chunks, compile_rounds(list(slices[rank]), chunks, rank, count, extent, in_place,
+                                  commutative)
+
+
+def run_hring(state, args, transport, deadline, memory, commutative):
+    """This rank's plan of the hierarchical ring; returns (end of phase 1 = now, first receive)."""
+    comm, out, dt = state.private, args.out, args.out.datatype
+    _, plan = hring_plan(state.topology.nodes, comm.Get_rank(), out.count, out.extent,
+                         args.in_place, commutative)
+    with memory.lease(state) as lease:
+        addresses = (args.src.address, out.address, memory.scratch(lease, plan.scratch_bytes))
+        local = memory.local(dt, args.op)
+        t_p1 = MPI.Wtime()
+        first = _transport.execute(plan, addresses, comm, dt, args.op, transport, deadline, local)
+    return t_p1, first
 
 
 @lru_cache(maxsize=32)

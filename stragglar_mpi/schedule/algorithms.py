@@ -28,6 +28,7 @@ class Algorithm:
 TABLE = (
     Algorithm("stragglar", "reduce_scatter", True, True, True, "any", False, True, True),
     Algorithm("hierarchical", "reduce_to_owners", True, True, False, "nodes", True, True, False),
+    Algorithm("hring", None, False, False, False, "nodes", False, True, False),
     Algorithm("ring", None, False, False, True, "any", False, True, True),
     Algorithm("rhd", None, False, False, True, "any", False, True, True),
     Algorithm("direct", "allreduce", True, True, True, "any", False, True, False),
@@ -41,10 +42,9 @@ CHOICES = ("auto",) + tuple(a.name for a in TABLE)
 ALGORITHMS = tuple(a.name for a in TABLE if a.schedule and a.layout == "any")
 TOPOLOGY_ALGORITHMS = tuple(a.name for a in TABLE if a.schedule and a.layout == "nodes")
 PHASE1 = {a.name: a.phase1 for a in TABLE if a.schedule}
-#: Schedules of this package that are not a caller's choice (yet): "hring", the
-#: hierarchical ring (verified and modelled, not run), and "reduce_to_owners",
+#: Schedules of this package that are not a caller's choice: "reduce_to_owners",
 #: hierarchical StragglAR's phase 1 as a schedule of its own (multi-port, like it).
-SCHEDULE_ONLY = ("hring", "reduce_to_owners")
+SCHEDULE_ONLY = ("reduce_to_owners",)
 MULTI_PORT = tuple(a.name for a in TABLE if a.multi_port)
 STRAGGLER_AWARE = tuple(a.name for a in TABLE if a.straggler_aware)
 CHUNKED = tuple(a.name for a in TABLE if a.chunked)

@@ -10,7 +10,7 @@ messages of one step queue on the port they use.  L(x) = ceil(log2 x).
 | native (the MPI's own, priced as the better of ring and rhd) | - | min of the two |
 | ring (flat) | - | 2(n-1) (a2 + s/(n b2)) |
 | rhd (flat, n a power of two) | - | 2 L(n) a2 + 2 (n-1)/n s/b2 |
-| hring (hierarchical ring: NCCL, MPICH SMP-aware) | - | 2(k-1)(a1 + s/(k b1)) + 2(m-1)(a2 + s/(k m b2)) |
+| hring (hierarchical ring: NCCL, MPICH SMP-aware) | - | 2(k-1)(a1 + s/(k b1)) + 2(m-1)(a2 + s/(k m b2)) (L lanes: s/L for s/k) |
 | stragglar (flat) | (n-2)(a2 + s/((n-1) b2)) | (n-2+L(n)) (a2 + s/((n-1) b2)) |
 | direct (flat) | 2(n-2)(a2 + s/((n-1) b2)) | L(n) (a2 + s/b2) |
 | hierarchical stragglar, W pieces | sum over r < k-1+R of max(x_r c, N1 [r >= k-1]) | 2 I + I' + R max(I, N2) |
@@ -37,6 +37,7 @@ simulator (``simulate`` with ``Tiers``) runs the schedules themselves; tests com
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 __all__ = ["Cost", "costs", "flat", "floor", "hierarchical_cost", "pieces"]
 
@@ -64,6 +65,7 @@ def floor(m: int, k: int, s: float, b1: float, b2: float) -> float:
     return max(s / (b1 + b2), (1 - 1 / m) * s / (k * b2))
 
 
+@lru_cache(maxsize=1024)
 def pieces(m, k, s, a1, b1, a2, b2) -> int:
     """Pieces per slice for hierarchical StragglAR: the minimum of the post-arrival
     closed form (latency per piece against the pipeline's fill), no piece under
@@ -96,16 +98,28 @@ def _phase1(k, pieces, c, across, rounds):
     return total
 
 
-def costs(m: int, k: int, s: float, a1: float, b1: float, a2: float, b2: float) -> dict:
+def costs(m: int, k: int, s: float, a1: float, b1: float, a2: float, b2: float,
+          lanes: int | None = None) -> dict:
     """name -> Cost for ``m`` nodes of ``k`` ranks (one node or one rank per node: one tier).
-    The one cost model: ``auto`` (decide/policy.py) and the report (call/report.py) read it."""
+    The one cost model: ``auto`` (decide/policy.py) and the report (call/report.py) read it.
+    ``lanes``: the smallest node's size where nodes differ (``k`` is then the largest):
+    hring crosses on that many lanes only, each carrying s/lanes.
+    Cached: ``auto`` prices every call, and the piece count alone is a search over up to
+    MAX_PIECES closed forms (3 ms at 64 MiB)."""
+    return dict(_costs(m, k, s, a1, b1, a2, b2, lanes))
+
+
+@lru_cache(maxsize=1024)
+def _costs(m, k, s, a1, b1, a2, b2, lanes):
     n = m * k
     if m == 1:
         a2, b2 = a1, b1
+    lanes = k if lanes is None else max(1, min(lanes, k))
     out = {
         "ring": Cost(0.0, 2 * (n - 1) * (a2 + s / n / b2)),
         "rhd": Cost(0.0, 2 * _log2(n) * a2 + 2 * (n - 1) / n * s / b2),
-        "hring": Cost(0.0, 2 * (k - 1) * (a1 + s / k / b1) + 2 * (m - 1) * (a2 + s / (k * m) / b2)),
+        "hring": Cost(0.0, 2 * (k - 1) * (a1 + s / lanes / b1)
+                      + 2 * (m - 1) * (a2 + s / (lanes * m) / b2)),
     }
     out["native"] = min(out["ring"], out["rhd"], key=lambda c: c.post_arrival)
     if n >= 2:

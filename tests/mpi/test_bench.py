@@ -103,3 +103,32 @@ def test_scenario_keeps_explicit_roles(comm):
     args = _cli.parser().parse_args(["--scenario", "moving"])
     _cli._apply_scenario(args, 4)
     assert args.roles == "arrival"
+
+
+def test_native_compositions_and_hring_side_by_side(comm, json_path):
+    """native-comp1/-comp4 (MPICH's SMP-aware compositions set through MPI_T for their call
+    only) and hring in one run; refused with the reason where the MPI lacks the variable."""
+    from stragglar_mpi.bench import _cvar
+    why = _cvar.problem("native-comp1")
+    if comm.Get_size() < 2:
+        pytest.skip("the benchmark needs 2 ranks")
+    argv = ["-n", "2", "-w", "0", "--alpha", "5", "--bandwidth", "5", "--json", json_path, "-q",
+            "-b", "64K", "-e", "64K", "--delay", "1", "--check", "all",
+            "-a", "native,native-comp1,native-comp4,hring"]
+    if why is not None:
+        assert "MPIR_CVAR_ALLREDUCE_COMPOSITION" in why
+        assert main(argv, comm) == 2         # refused on every rank: the test on this MPI
+        return
+    before = _cvar.Cvar.open(_cvar.COMPOSITION).read()
+    assert main(argv, comm) == 0
+    assert _cvar.Cvar.open(_cvar.COMPOSITION).read() == before      # put back after each call
+    with _cvar.setting("native-comp4"):
+        assert _cvar.Cvar.open(_cvar.COMPOSITION).read() == 4
+    assert _cvar.Cvar.open(_cvar.COMPOSITION).read() == before
+    if comm.Get_rank() != 0:
+        return
+    with open(json_path) as f:
+        rows = json.load(f)["results"]
+    assert {r["algorithm"] for r in rows} == {"native", "native-comp1", "native-comp4", "hring",
+                                              "bound"}
+    assert all(r["wrong"] in (None, 0) for r in rows), rows

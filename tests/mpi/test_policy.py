@@ -9,6 +9,7 @@ from mpi4py import MPI
 from stragglar_mpi import Allreduce, stats
 from stragglar_mpi.core.tags import DECISION as _TAG_DECISION
 from stragglar_mpi.decide.arrival import coordinator
+from stragglar_mpi.decide.policy import synchronous_algorithm
 from stragglar_mpi.call.allreduce import state_of
 
 
@@ -120,7 +121,10 @@ def test_predict_learns_a_persistent_straggler_without_waiting(comm):
         c.Free()
 
 
-def test_auto_goes_native_without_delay_and_stragglar_with_one(comm):
+def test_auto_goes_native_without_delay_and_stragglar_with_one(comm, setenv):
+    # Fixed links (1 GB/s inside a node, 0.27 GB/s between), not a ping-pong under load:
+    # on two nodes of two the measured ones put hierarchical within a few percent of hring.
+    setenv(STRAGGLAR_MODEL="1e-5,1e9,1.05,3e-5,2.7e8")
     n = comm.Get_size()
     c = comm.Dup()
     try:
@@ -132,8 +136,11 @@ def test_auto_goes_native_without_delay_and_stragglar_with_one(comm):
             c.Barrier()
             Allreduce(c, send, recv)
             np.testing.assert_array_equal(recv, expected)
-            if it == 0:      # no history yet: no reason to expect a straggler
-                assert stats(c)["last"]["algorithm"] == "native"
+            if it == 0:      # no history yet: no reason to expect a straggler; across
+                # nodes the synchronous choice may be the hierarchical ring (the model's)
+                sync = synchronous_algorithm(count * 4, state_of(c).tiers())
+                assert stats(c)["last"]["algorithm"] == sync
+                assert sync == "native" or state_of(c).tiers() is not None
         picks = []
         for it in range(16):                 # a sampled pair sees the delay, then the history
             c.Barrier()                      # everyone starts together; the last rank is late

@@ -42,6 +42,7 @@ def test_the_late_rank_is_reported_last_and_late(comm):
             table = rows(text)
             assert sorted(table) == list(range(n))
             assert f"{calls - 1} recorded calls" in text      # the last call's record comes later
+            assert "\nran: stragglar " in text                   # what the recorded calls ran
             last, p50, p95, ran, saved = table[late]
             assert last >= calls - 3 and 10.0 <= p50 <= p95
             assert ran == last                     # StragglAR ran with it as the straggler

@@ -107,3 +107,16 @@ def test_configure_returns_frozen_settings_with_a_new_epoch():
     assert second.epoch == first.epoch + 1 and second == first
     with pytest.raises(Exception):
         second.timeout = 3
+
+
+def test_hring_is_a_row_and_a_choice(setenv):
+    from stragglar_mpi.schedule.algorithms import (BY_NAME, CHOICES, SCHEDULE_ONLY,
+                                                   TOPOLOGY_ALGORITHMS, has_roles)
+    row = BY_NAME["hring"]
+    assert (row.phase1, row.roles, row.straggler_aware, row.layout, row.schedule) == (
+        None, False, False, "nodes", True)
+    assert "hring" in CHOICES and "hring" in TOPOLOGY_ALGORITHMS and "hring" not in SCHEDULE_ONLY
+    assert not has_roles("hring")
+    assert _config.algorithm("hring") == "hring"
+    setenv(STRAGGLAR_ALGO="hring")
+    assert _config.algorithm("native") == "hring"

@@ -91,3 +91,47 @@ def test_the_coordinator_not_answering_is_a_timeout_too():
     with pytest.raises(Pending) as caught:
         _roles.roles(state, "stragglar", "arrival", MiB, 4, tracked=True, deadline=1.0)
     assert caught.value.phase == "the arrival of the early ranks"
+
+
+def _two_nodes(links):
+    from stragglar_mpi.decide.topology import Links, Topology
+    nodes = ((0, 1, 2, 3), (4, 5, 6, 7))
+    return Topology(nodes, (0,) * 4 + (1,) * 4), Links(*links)
+
+
+def test_auto_across_nodes_takes_hring_when_nobody_is_late(monkeypatch):
+    from stragglar_mpi.decide.policy import synchronous_algorithm
+    from stragglar_mpi.schedule.tiers import costs
+    monkeypatch.delenv("STRAGGLAR_MODEL", raising=False)
+    links = (1e-6, 20e9, 5e-5, 1e9)           # fast inside the nodes, slow between them
+    tiers = _two_nodes(links)
+    model = costs(2, 4, 64 * MiB, *links)
+    assert model["hring"].post_arrival < model["native"].post_arrival   # the model says so
+    prompt = [Arrival(tuple(range(8)), (0.0,) * 8)] * 4
+    assert auto_algorithm(prompt, 8, 64 * MiB, tiers) == "hring"
+    assert auto_algorithm([], 8, 64 * MiB, tiers) == "hring"          # no history yet
+    assert synchronous_algorithm(64 * MiB, tiers) == "hring"
+    assert synchronous_algorithm(64 * MiB, None) == "native"          # one tier: the MPI's own
+    # a long delay on a rank with a neighbour: a straggler-aware one
+    late_ = [Arrival(tuple(range(8)), (0.0,) * 7 + (1.0,))] * 4
+    assert auto_algorithm(late_, 8, 64 * MiB, tiers) in ("hierarchical", "stragglar")
+
+
+def test_auto_across_nodes_keeps_native_when_the_tiers_are_even(monkeypatch):
+    monkeypatch.delenv("STRAGGLAR_MODEL", raising=False)
+    tiers = _two_nodes((1e-5, 3e9, 1e-5, 3e9))
+    prompt = [Arrival(tuple(range(8)), (0.0,) * 8)] * 4
+    assert auto_algorithm(prompt, 8, 64 * MiB, tiers) == "native"
+
+
+def test_unsampled_auto_calls_across_nodes_run_the_synchronous_choice(monkeypatch):
+    monkeypatch.delenv("STRAGGLAR_MODEL", raising=False)
+    tiers = _two_nodes((1e-6, 20e9, 5e-5, 1e9))
+    prompt = Arrival(tuple(range(8)), (0.0,) * 8)
+    state = SimpleNamespace(auto_calls=0, history=[prompt] * 4, next_pair=100, pair_gap=4,
+                            tiers=lambda: tiers)
+    # hring is synchronous: the pairs thin out as they do for native...
+    assert not _roles.sampled(state, 8, 64 * MiB)
+    # ...and a call that is not sampled runs the synchronous choice, not native
+    state.arrivals = lambda: pytest.fail("an unsampled call reads no arrival table")
+    assert _roles.roles(state, "auto", "arrival", 64 * MiB, 8) == ("hring", None)

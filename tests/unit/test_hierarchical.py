@@ -280,10 +280,38 @@ def test_auto_across_nodes_follows_the_two_tier_model(monkeypatch):
     late_ = [Arrival(tuple(range(8)), (0.0,) * 7 + (0.2,))] * 4
     prompt = [Arrival(tuple(range(8)), (0.0,) * 8)] * 4
     assert auto_algorithm(late_, 8, 16 << 20, (topo, links)) == "hierarchical"
-    # nobody late: hierarchical still wins against a flat native over the slow links...
-    assert auto_algorithm(prompt, 8, 16 << 20, (topo, links)) == "hierarchical"
+    # nobody late: the hierarchical ring, the fastest synchronous one over the slow links...
+    assert auto_algorithm(prompt, 8, 16 << 20, (topo, links)) == "hring"
     # ...but not when both tiers are equally fast
     even = Links(1e-5, 3e9, 1e-5, 3e9)
     assert auto_algorithm(prompt, 8, 16 << 20, (topo, even)) == "native"
     alone = Topology(((0, 1, 2, 3, 4, 5, 6), (7,)), (0,) * 7 + (1,))
     assert auto_algorithm(late_, 8, 16 << 20, (alone, links)) == "stragglar"   # S alone on its node
+
+
+@pytest.mark.parametrize("nodes", [((0, 1, 2), (3, 4, 5), (6, 7)), ((0, 1, 2, 3, 4, 5, 6), (7,))])
+def test_hring_closed_form_on_unequal_nodes_counts_the_lanes(nodes):
+    # Unequal nodes cross on the smallest node's lanes only: each carries s/lanes, which
+    # the closed form prices with ``lanes`` (auto and the report pass it) and not with k.
+    from stragglar_mpi.schedule.simulate import Tiers
+    a1, b1, a2, b2 = LINKS
+    node_of = tuple(next(i for i, nd in enumerate(nodes) if r in nd) for r in range(8))
+    sim = simulate(hring(nodes), GiB, a1, b1, None, Tiers(node_of, a2, b2)).finish
+    m, k, lanes = len(nodes), max(map(len, nodes)), min(map(len, nodes))
+    priced = costs(m, k, GiB, *LINKS, lanes)["hring"].post_arrival
+    assert sim <= priced * 1.0001
+    assert priced > costs(m, k, GiB, *LINKS)["hring"].post_arrival       # dearer than with k lanes
+    assert sim == pytest.approx(priced, rel=0.25)
+
+
+def test_costs_are_cached_and_each_caller_gets_its_own_dict():
+    # auto prices every call: the second pricing is a cache hit, and a caller that
+    # changes its dict does not change what the next caller reads.
+    from stragglar_mpi.schedule import tiers
+    args = (4, 2, 64 << 20, 1e-5, 3e9, 3e-5, 8e8)
+    first = tiers.costs(*args)
+    hits = tiers._costs.cache_info().hits
+    first.pop("hring")
+    second = tiers.costs(*args)
+    assert tiers._costs.cache_info().hits == hits + 1
+    assert "hring" in second and second["hierarchical"] == first["hierarchical"]

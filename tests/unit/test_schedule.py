@@ -150,7 +150,7 @@ def test_rhd_sends_many_chunks_to_one_peer():
 
 def test_phase1_table():
     assert PHASE1 == {"stragglar": "reduce_scatter", "direct": "allreduce",
-                      "ring": None, "rhd": None, "hierarchical": "reduce_to_owners"}
+                      "ring": None, "rhd": None, "hierarchical": "reduce_to_owners", "hring": None}
 
 
 def test_json_round_trip():
