@@ -109,10 +109,12 @@ def _run(comm, state, args, settings, t_call, deadline):
         args = args.via("staged")
     transport = None if name == "native" else _transport.name(settings)
     t_p1, first = execute(comm, state, name, straggler, args, transport, deadline)
+    tracked = state.tracked_seq != seq
+    sent = _roles.settle(state, deadline) if tracked else 0   # the record: every rank's time
     t_end = MPI.Wtime()
     record(state, CallRecord(name, straggler, args.policy, t_call, t_p1 or t_call, first, t_end,
-                             transport, args.route))
-    if state.tracked_seq != seq:      # a tracked call: the straggler report keeps what ran
+                             transport, args.route, sent))
+    if tracked:                       # the straggler report keeps what ran
         post = t_end - (first if first is not None else t_call)
         log_of(state, args.n, comm.Get_name()).ran(state.tracked_seq, name, straggler,
                                                    args.out.count * args.out.extent, post)

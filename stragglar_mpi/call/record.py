@@ -20,6 +20,7 @@ class CallRecord:
     t_end: float             # returned
     transport: str | None    # "cython", "python"; None for native
     memory: str = "host"     # the route: "host", "device", "staged"
+    arrival_messages: int = 0  # arrival messages this rank sent for the call (decide/arrival.py)
 
     def as_dict(self) -> dict:
         arrived = self.first if self.first is not None else self.t_p1
@@ -51,8 +52,10 @@ def _last_native_hit(bindings):
 
 def stats(comm) -> dict:
     """Per-communicator counters of this rank's blocking calls: ``calls`` (algorithm ->
-    count) and ``last`` (the last call).  Local: never communicates (before the first
-    call on ``comm`` it is empty)."""
+    count), ``last`` (the last call) and ``arrival_messages`` (``total``: the arrival
+    messages this rank sent on ``comm``; ``last``: those of the last call).  Local: never
+    communicates (before the first call on ``comm`` it holds only empty ``calls`` and
+    ``last``)."""
     state = peek(comm)
     if state is None:
         return {"calls": {}, "last": {}}
@@ -61,7 +64,10 @@ def stats(comm) -> dict:
         calls["native"] += bindings.native_calls
         if bindings.last_was_hit:
             last = _last_native_hit(bindings)
-    return {"calls": dict(calls), "last": last.as_dict() if last else {}}
+    arrivals = state.arrivals()
+    sent = {"total": arrivals.sent_total if arrivals is not None else 0,
+            "last": last.arrival_messages if last else 0}
+    return {"calls": dict(calls), "last": last.as_dict() if last else {}, "arrival_messages": sent}
 
 
 def last_end(comm) -> float:

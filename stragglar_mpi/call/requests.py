@@ -83,12 +83,21 @@ def stats(comm) -> dict:
     mine = _record.stats(comm)
     lanes = comm.Get_attr(_KEYVAL) if isinstance(comm, MPI.Comm) else None
     calls, last, end = Counter(mine["calls"]), mine["last"], _record.last_end(comm)
+    sent = dict(mine.get("arrival_messages", {"total": 0, "last": 0}))
+    joined = "arrival_messages" in mine
     for lane in lanes.lanes if lanes is not None else ():
         theirs = _record.stats(lane.shadow) if lane.joined else {"calls": {}, "last": {}}
         calls.update(theirs["calls"])
+        if "arrival_messages" in theirs:        # each lane's shadow has its own arrival table
+            joined = True
+            sent["total"] += theirs["arrival_messages"]["total"]
         if theirs["last"] and lane.last_end > end:
             last, end = theirs["last"], lane.last_end
-    return {"calls": dict(calls), "last": last}
+            sent["last"] = theirs["arrival_messages"]["last"]
+    merged = {"calls": dict(calls), "last": last}
+    if joined:
+        merged["arrival_messages"] = sent       # total: all lanes; last: the call that ended last
+    return merged
 
 
 def _in_place(sendbuf):

@@ -14,7 +14,9 @@ PING = 4244                 # link measurement between nodes, at setup (decide/t
 CLOCK = 7301                # clock offsets, at setup (decide/clock.py)
 BENCH_MODEL = 7302          # the benchmark's own link measurement (bench/_model.py)
 BENCH_BOUND = 7303          # the benchmark's exchange bound (bench/_run.py)
-NOTICE, DECISION = 11, 12   # arrival notices and the coordinator's decision, on the arrival duplicate
+# On the arrival duplicate (decide/arrival.py): notices, an aggregator's group report, the
+# coordinator's decision, the record's rounds, and a timeout's views and named ranks.
+NOTICE, DECISION, REPORT, RECORD, VIEW, NAMED = 11, 12, 13, 14, 15, 16
 
 
 def _top(minus):

@@ -1,42 +1,54 @@
-"""Who arrived when: arrival notices by eager point-to-point, times on one clock.
+"""Who arrived when: arrival notices by eager point-to-point in O(log n) messages a rank.
 
-Each tracked call, every rank sends a 24-byte notice (the call's number, its
-arrival time and the table's token) to every other rank on a private duplicate.  A message that small
-goes eagerly: the send completes at the sender and the data waits at the
-receiver without either side's progress, so a rank that is late, outside MPI,
-holds up nobody's notice.  (An RMA window on one host does not have that
-property across nodes: without asynchronous progress an accumulate to a host
-that is computing waits for it; docs/ARRIVAL.md has the measurements.)
+A message that small goes eagerly: the send completes at the sender and the data
+waits at the receiver without either side's progress, so a rank that is late,
+outside MPI, holds up nobody's message (docs/ARRIVAL.md has the measurements).
+Nothing is ever forwarded by a rank that might be the late one.
 
-- Times: each rank reads ``MPI_Wtime`` and subtracts its clock's offset from
-  rank 0's, estimated once at setup (``_clock.offsets``), so the times in a
-  record are on one clock, whichever node they came from.
-- History: at the start of call ``seq`` every rank holds every notice of call
-  ``seq-1`` (each was sent before its sender took part in that call, which has
-  finished here), so every rank builds the same ``Arrival`` record without
-  waiting for anyone: ranks ordered by time.
-- "arrival" roles need one answer on every rank while the straggler is still
-  away, so one rank decides: the *coordinator*, the rank that came first in the
-  previous record (rank 0 at first), so it is rarely the late one.  It waits
-  until n-1 ranks (itself included) have arrived, names the one missing, and
-  sends that to everyone; the others wait only for that message.  If the
-  coordinator is itself the straggler, the call still has the right roles, but
-  the early ranks wait for it (as a synchronous AllReduce would).
-- Timeouts: the ranks whose notice has not come are the missing ones.
+- Groups: the ranks in node order, cut into groups of about sqrt(n) (at least 2).
+  Each group has two *aggregators*: its two members that came first in the previous
+  record (the lowest ranks at first), so a persistent straggler is never one, and a
+  late one leaves the other.  The *coordinator* is the first arrival of the previous
+  record (rank 0 at first).
+- Notices: on entering a tracked call, a rank reads its clock (on rank 0's clock,
+  ``clock.offsets``) and sends a notice ``(call, token, time)`` to its group's
+  aggregators: at most 2 messages.
+- Roles ("arrival"): while the ranks wait for the roles, each aggregator reports its
+  group to the coordinator once all but one member are in (naming the one missing)
+  and once all are: at most 2 messages.  The coordinator takes, per group, what
+  either aggregator said; once all but one rank of the communicator are in it names
+  the one missing (all at once: the latest by time) and sends that down a binary
+  tree over the other ranks (built once the straggler is known, so the straggler
+  forwards nothing), plus once to the straggler, who finds it waiting.  A late
+  aggregator: its partner reports.  A late coordinator: the call still gets the
+  right roles, but the early ranks wait for it (a persistent straggler never is
+  one; a moving one about one call in n).
+- Record: after its plan (every rank has entered the call then), each rank passes
+  the times around in ceil(log2 n) rounds (each round: what it holds to rank
+  r - 2^k, from rank r + 2^k), so every rank holds every time and builds the same
+  ``Arrival(order, times)``, read by the next tracked call.
+- Missing ranks (a timeout): each aggregator sends the members it heard from to
+  every other aggregator and, once it has every group, the union to its members:
+  every rank that waited names the same missing ones (two missing aggregators of
+  one group: that group's members are not known; they are named too).
 """
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass
 
 import numpy as np
 from mpi4py import MPI
 
+from ..core import config as _config
 from ..core import tags
 from .clock import offsets
 
 
 _CLOCK_ROUNDS = 8
+_DRAIN = 8              # empty probes before a thorough pump ends
+_KEEP = 3               # calls whose messages and state are kept (current, previous, one more)
 
 
 @dataclass(frozen=True)
@@ -60,77 +72,83 @@ def coordinator(previous, n):
     return 0 if previous is None else previous.order[0]
 
 
-class _Notices:
-    """The notices of one call: one receive posted from every other rank."""
+def groups_of(n, node_of=None):
+    """The ranks in node order cut into groups of ceil(sqrt(n)); none of one rank."""
+    order = sorted(range(n), key=lambda r: (node_of[r] if node_of else 0, r))
+    size = max(2, math.isqrt(n - 1) + 1) if n > 1 else 1
+    chunks = [order[i:i + size] for i in range(0, n, size)]
+    if len(chunks) > 1 and len(chunks[-1]) < 2:
+        last = chunks.pop()
+        chunks[-1] += last
+    return tuple(tuple(sorted(c)) for c in chunks)
 
-    def __init__(self, comm, seq, box, token):
-        self.comm, self.seq, self.box, self.token = comm, seq, box, token
-        me = comm.Get_rank()
-        self.ranks = [r for r in range(comm.Get_size()) if r != me]
-        self.requests = [comm.Irecv(box[r], r, tags.NOTICE) for r in self.ranks]
-        self.heard = {}      # rank -> arrival time
 
-    @property
-    def pending(self):
-        return len(self.heard) < len(self.ranks)
+def aggregators_of(groups, previous):
+    """Each group's two aggregators: its members that came first in ``previous``."""
+    if previous is None:
+        return tuple(g[:2] for g in groups)
+    place = {r: i for i, r in enumerate(previous.order)}
+    return tuple(tuple(sorted(g, key=place.__getitem__)[:2]) for g in groups)
 
-    def poll(self):
-        """Take in the notices that came since the last poll (one MPI_Testsome); return their ranks."""
-        if not self.pending:
-            return []
-        new = []
-        for i in MPI.Request.Testsome(self.requests) or ():
-            r = self.ranks[i]
-            if self.box[r, 2] != self.token:      # left over from a freed duplicate: not ours
-                self.requests[i] = self.comm.Irecv(self.box[r], r, tags.NOTICE)
-                continue
-            new.append(r)
-            if int(self.box[r, 0]) != self.seq:
-                raise RuntimeError(f"arrival notice of call {int(self.box[r, 0])} from rank {r} in call "
-                                   f"{self.seq}: ranks called Allreduce in different sequences")
-            self.heard[r] = float(self.box[r, 1])
-        return new
 
-    def drain(self):
-        """Take in every notice already here: poll until a pass brings nothing new (one
-        test may move only part of what waits in a socket)."""
-        while self.pending and self.poll():
-            pass
-        self.poll()
+def tree_children(rank, root, straggler, n):
+    """``rank``'s children in the binary tree over every rank but ``straggler``: the
+    root first, then the others in rank order (position p feeds 2p+1 and 2p+2)."""
+    skip = sorted({root, straggler})
 
-    def wait(self, count, deadline):
-        """Poll until ``count`` notices are in; False if ``deadline`` (an MPI_Wtime) passes first."""
-        while True:
-            self.poll()
-            if len(self.heard) >= count:
-                return True
-            if deadline and MPI.Wtime() > deadline:
-                return False
-            os.sched_yield()
+    def position(r):
+        return 0 if r == root else 1 + r - sum(s < r for s in skip)
 
-    def cancel(self):
-        for req in self.requests:
-            if req:
-                req.Cancel()
-                req.Wait()
+    def at(q):
+        v = q - 1
+        for s in skip:
+            if v >= s:
+                v += 1
+        return v
+
+    size = n - (1 if straggler != root else 0)
+    if rank == straggler and rank != root:
+        return []
+    p = position(rank)
+    return [at(q) for q in (2 * p + 1, 2 * p + 2) if q < size]
+
+
+class _Call:
+    """What this rank holds of one tracked call."""
+
+    def __init__(self, seq):
+        self.seq = seq
+        self.arrived = False
+        self.mine = 0.0              # this rank's arrival time
+        self.aggregators = None      # per group, set on arrival
+        self.coordinator = None
+        self.heard = {}              # notices: rank -> time
+        self.reports = {}            # aggregator -> (missing or -1, latest rank, its time)
+        self.reported = set()        # what this aggregator reported: 1 (all but one), 0 (all)
+        self.decision = None
+        self.pieces = {}             # round -> the times received in it
+        self.views = {}              # group -> ranks some aggregator heard from (naming)
+        self.named = None            # ranks known to have arrived (naming), once settled
+        self.sent = 0                # arrival messages this rank sent for this call
 
 
 class Arrivals:
-    def __init__(self, comm):
-        self.comm = comm.Dup()          # our notices never meet the plans' messages
+    def __init__(self, comm, node_of=None):
+        self.comm = comm.Dup()          # our messages never meet the plans'
         self.n, self.rank = self.comm.Get_size(), self.comm.Get_rank()
         self.offset = offsets(self.comm, _CLOCK_ROUNDS)
         self.seq = 0
-        # Notices carry this table's token: one that a freed duplicate left in the MPI's
-        # queue (the last call's notices may still be on the way when it is freed) can
-        # be matched by a later duplicate that reuses the context id; it is dropped.
+        # Messages carry this table's token: one that a freed duplicate left in the MPI's
+        # queue can be matched by a later duplicate that reuses the context id; it is dropped.
         self.token = float(self.comm.bcast(int.from_bytes(os.urandom(6), "little") + 1, root=0))
-        self._boxes = (np.zeros((self.n, 3)), np.zeros((self.n, 3)))
-        self._current = _Notices(self.comm, 0, self._boxes[0], self.token)
-        self._before = None             # notices of the previous call, until its record is built
-        self._mine = {}                 # seq -> this rank's arrival time (current and previous)
-        self._previous = None
+        self.groups = groups_of(self.n, node_of)
+        self.group_of = {r: i for i, g in enumerate(self.groups) for r in g}
+        self._calls = {}
+        self._records = {}              # seq -> Arrival
+        self._latest = None             # the newest record (the next call's roles follow it)
         self._sends = []                # (request, buffer) still in flight
+        self._status = MPI.Status()
+        self.sent_total = 0             # arrival messages this rank sent on this communicator
         self.coordinator = 0
         self.place = 0
 
@@ -138,111 +156,272 @@ class Arrivals:
         """This rank's time on rank 0's clock."""
         return MPI.Wtime() - self.offset
 
+    # --- one call -----------------------------------------------------------------------
+
     def arrive(self, deadline=0.0):
-        """Enter this call: send this rank's notice to every rank; returns how many ranks
-        this rank knew to have arrived before it, or None if ``deadline`` passed while
-        the previous call's notices were still coming."""
+        """Enter this call: send this rank's notice to its group's aggregators; returns
+        how many notices of this call this rank already held."""
         t = self.now()
-        if self.record_before(deadline) is False:
-            return None
-        self.coordinator = coordinator(self._previous, self.n)
-        self._current.drain()
-        self.place = len(self._current.heard)
-        self._mine[self.seq] = t
-        note = np.array([self.seq, t, self.token])
-        self._send(note, tags.NOTICE, [r for r in range(self.n) if r != self.rank])
+        call = self._call(self.seq)
+        call.arrived, call.mine = True, t
+        call.aggregators = aggregators_of(self.groups, self._latest)
+        call.coordinator = self.coordinator = coordinator(self._latest, self.n)
+        self._pump(thorough=True)      # what came before this rank: all of it
+        self.place = len(call.heard)
+        for a in call.aggregators[self.group_of[self.rank]]:
+            if a != self.rank:
+                self._send(call, [t], tags.NOTICE, a)
         return self.place
 
     def record_before(self, deadline=0.0):
-        """The record of the previous call, built (once) from its notices; False if
-        ``deadline`` passes before they are all in."""
-        if self._before is not None:
-            if not self._before.wait(self.n - 1, deadline):
-                return False
-            times = dict(self._before.heard)
-            times[self.rank] = self._mine.pop(self._before.seq)
-            order = tuple(sorted(times, key=lambda r: (times[r], r)))
-            self._previous = Arrival(order, tuple(times[r] for r in order))
-            self._before = None
-        return self._previous
+        """The newest record (the previous tracked call's, once it completed)."""
+        return self._latest
+
+    def previous(self):
+        """The record of the previous tracked call, or None (before the first)."""
+        return self._records.get(self.seq - 1)
 
     def heard(self):
-        """Ranks whose notice for the current call has come."""
-        self._current.poll()
-        return set(self._current.heard)
+        """Ranks (other than this one) known to have entered the current call."""
+        self._pump()
+        call = self._call(self.seq)
+        known = set(call.heard)
+        for g, missing in self._group_states(call).items():
+            if missing is not None:
+                known.update(r for r in self.groups[g] if r not in missing)
+        known.discard(self.rank)
+        return known
 
     def straggler(self, deadline=0.0):
         """The rank that arrives last in this call, as the coordinator saw it; None if
         ``deadline`` (an MPI_Wtime, 0 = never) passes first."""
-        if self.rank == self.coordinator:
-            last = self._decide(deadline)
-            if last is not None:
-                decision = np.array([self.seq, last, int(self.token)], np.int64)
-                self._send(decision, tags.DECISION, [r for r in range(self.n) if r != self.rank])
-            return last
-        got = self._decision(deadline)
-        if got is None:
-            return None
-        if int(got[0]) != self.seq:
-            raise RuntimeError(f"roles of call {int(got[0])} from rank {self.coordinator} in call {self.seq}: "
-                               "ranks called Allreduce in different sequences")
-        return int(got[1])
-
-    def _decision(self, deadline):
-        """The coordinator's answer (seq, straggler, token); None if ``deadline`` passes."""
-        got = np.zeros(3, np.int64)
+        call = self._calls[self.seq]
+        mine = call.aggregators[self.group_of[self.rank]]
         while True:
-            req = self.comm.Irecv(got, self.coordinator, tags.DECISION)
-            while not req.Test():
-                if deadline and MPI.Wtime() > deadline:
-                    req.Cancel()
-                    req.Wait()
-                    return None
-                os.sched_yield()
-            if got[2] == int(self.token):
-                return got          # else: left over from a freed duplicate
-
-    def _decide(self, deadline):
-        """On the coordinator: the one rank missing once n-1 have arrived."""
-        if self.place == self.n - 1:
-            return self.rank            # everyone was here before the coordinator
-        notices = self._current
-        while True:
-            new = notices.poll()
-            if len(notices.heard) == self.n - 1:      # two came at once: the later one
-                return max(new or notices.heard, key=lambda r: (notices.heard[r], r))
-            if len(notices.heard) == self.n - 2:
-                return next(r for r in range(self.n) if r != self.rank and r not in notices.heard)
+            self._pump()
+            if call.decision is not None:
+                break
+            if self.rank in mine:
+                self._report(call)
+            if self.rank == call.coordinator:
+                last = self._decide(call)
+                if last is not None:
+                    call.decision = last
+                    if last != self.rank:
+                        self._send(call, [last], tags.DECISION, last)
+                    break
             if deadline and MPI.Wtime() > deadline:
                 return None
             os.sched_yield()
-
-    def absent(self, seq):
-        """Ranks that have not entered call ``seq`` (the current or the previous one)."""
-        notices = self._before if self._before is not None and seq == self._before.seq else self._current
-        if notices.seq != seq:
-            return []
-        notices.poll()
-        return [r for r in range(self.n) if r != self.rank and r not in notices.heard]
-
-    def previous(self):
-        """The record of the previous tracked call, or None before the first."""
-        return self._previous
+        for child in tree_children(self.rank, call.coordinator, call.decision, self.n):
+            self._send(call, [call.decision], tags.DECISION, child)
+        return call.decision
 
     def finish(self):
-        """This rank is done with the call's roles: listen for the next call's notices."""
-        self._before = self._current
+        """This rank is done with the call's roles (its plan follows)."""
         self.seq += 1
-        self._current = _Notices(self.comm, self.seq, self._boxes[self.seq % 2], self.token)
+        for old in [s for s in self._calls if s < self.seq - _KEEP]:
+            del self._calls[old]
         self._sends = [(req, buf) for req, buf in self._sends if not req.Test()]
 
-    def _send(self, buf, tag, peers):
-        self._sends += [(self.comm.Isend(buf, r, tag), buf) for r in peers]
+    def settle(self, deadline=0.0):
+        """After the plan of the last call: pass the times around (ceil(log2 n) rounds)
+        and keep the record.  False if ``deadline`` passes first."""
+        seq = self.seq - 1
+        call = self._calls.get(seq)
+        if call is None or not call.arrived:
+            return True
+        n, r = self.n, self.rank
+        have = [call.mine]                          # times of r, r+1, ... (mod n)
+        k, dist = 0, 1
+        while dist < n:
+            count = min(dist, n - dist)
+            self._send(call, [k] + have[:count], tags.RECORD, (r - dist) % n)
+            while k not in call.pieces:
+                self._pump()
+                if k in call.pieces:
+                    break
+                if deadline and MPI.Wtime() > deadline:
+                    return False
+                os.sched_yield()
+            have += list(call.pieces.pop(k)[:count])
+            k, dist = k + 1, 2 * dist
+        times = {(r + i) % n: have[i] for i in range(n)}
+        order = tuple(sorted(times, key=lambda q: (times[q], q)))
+        self._latest = self._records[seq] = Arrival(order, tuple(times[q] for q in order))
+        for old in [s for s in self._records if s < seq - 1]:
+            del self._records[old]
+        return True
+
+    def sent_in(self, seq):
+        """Arrival messages this rank sent for call ``seq``."""
+        call = self._calls.get(seq)
+        return call.sent if call is not None else 0
+
+    # --- the aggregators and the coordinator ------------------------------------------
+
+    def _report(self, call):
+        """On an aggregator: tell the coordinator when all but one, then all, of the
+        group are in."""
+        g = self.group_of[self.rank]
+        missing = [m for m in self.groups[g] if m != self.rank and m not in call.heard]
+        if len(missing) > 1 or len(missing) in call.reported or 0 in call.reported:
+            return
+        call.reported.add(len(missing))
+        if self.rank == call.coordinator:
+            return                              # it reads its own group directly
+        latest = self._latest_of(call, [m for m in self.groups[g] if m not in missing])
+        self._send(call, [missing[0] if missing else -1, latest, self._time(call, latest)],
+                   tags.REPORT, call.coordinator)
+
+    def _time(self, call, r):
+        return call.mine if r == self.rank else call.heard[r]
+
+    def _latest_of(self, call, present):
+        return max(present, key=lambda r: (self._time(call, r), r))
+
+    def _group_states(self, call):
+        """group -> the ranks it may still miss (a set: what every source says is missing
+        there), or None when nothing is known of it; and the latest arrival per group."""
+        states = {}
+        for src, (missing, _, _) in call.reports.items():
+            g = self.group_of[src]
+            said = set() if missing < 0 else {missing}
+            states[g] = said if g not in states else states[g] & said
+        g = self.group_of[self.rank]
+        if call.aggregators is not None and self.rank in call.aggregators[g] and call.arrived:
+            local = {m for m in self.groups[g] if m != self.rank and m not in call.heard}
+            states[g] = local if g not in states else states[g] & local
+        return states
+
+    def _decide(self, call):
+        """On the coordinator: the one rank missing once n-1 are in; when all are, the
+        latest by (time, rank); None while two or more are missing (or unknown)."""
+        states = self._group_states(call)
+        if len(states) < len(self.groups):
+            return None
+        missing = set().union(*states.values())
+        if len(missing) > 1:
+            return None
+        if missing:
+            return missing.pop()
+        latest = []
+        for src, (_, rank, t) in call.reports.items():
+            latest.append((t, rank))
+        g = self.group_of[self.rank]
+        if self.rank in call.aggregators[g]:
+            r = self._latest_of(call, self.groups[g])
+            latest.append((self._time(call, r), r))
+        latest.append((call.mine, self.rank))
+        return max(latest)[1]
+
+    # --- missing ranks ----------------------------------------------------------------
+
+    def absent(self, seq, grace=None):
+        """Ranks that have not entered call ``seq``, the same on every rank that waited
+        (each takes part in a short exchange: call it on every waiting rank)."""
+        call = self._calls.get(seq)
+        if call is None or not call.arrived:
+            return []
+        if call.named is None:
+            self._name(call, self._grace() if grace is None else grace)
+        return [r for r in range(self.n) if r not in call.named]
+
+    @staticmethod
+    def _grace():
+        timeout = _config.current().timeout
+        return min(1.0, max(0.2, timeout)) if timeout else 0.5
+
+    def _name(self, call, grace):
+        self._pump()
+        g = self.group_of[self.rank]
+        aggregating = self.rank in call.aggregators[g]
+        if aggregating:
+            view = [self.rank] + [m for m in self.groups[g] if m in call.heard]
+            call.views.setdefault(g, set()).update(view)
+            for pair in call.aggregators:
+                for a in pair:
+                    if a != self.rank:
+                        self._send(call, view, tags.VIEW, a)
+        start = MPI.Wtime()
+        while call.named is None:
+            self._pump()
+            if call.named is not None:
+                break
+            late = MPI.Wtime() - start
+            if aggregating and (len(call.views) == len(self.groups) or late > grace / 2):
+                present = set().union(*call.views.values())
+                call.named = present
+                for m in self.groups[g]:
+                    if m not in call.aggregators[g]:
+                        self._send(call, sorted(present), tags.NAMED, m)
+                break
+            if late > grace:
+                known = {self.rank} | set(call.heard)
+                if call.decision is not None:
+                    known |= {r for r in range(self.n) if r != call.decision}
+                call.named = known
+                break
+            os.sched_yield()
+
+    # --- messages ---------------------------------------------------------------------
+
+    def _call(self, seq):
+        call = self._calls.get(seq)
+        if call is None:
+            call = self._calls[seq] = _Call(seq)
+        return call
+
+    def _send(self, call, payload, tag, dest):
+        buf = np.array([call.seq, self.token] + list(payload), np.float64)
+        self._sends.append((self.comm.Isend(buf, dest, tag), buf))
+        call.sent += 1
+        self.sent_total += 1
+
+    def _pump(self, thorough=False):
+        """Take in every message of ours that is here (matched probes, any source);
+        ``thorough``: probe a few more times once none comes (one probe may move only
+        part of what waits in a socket)."""
+        status, empty = self._status, 0
+        while True:
+            msg = self.comm.Improbe(MPI.ANY_SOURCE, MPI.ANY_TAG, status)
+            if msg is None:
+                empty += 1
+                if not thorough or empty > _DRAIN:
+                    return
+                continue
+            buf = np.empty(status.Get_count(MPI.DOUBLE), np.float64)
+            msg.Recv(buf)
+            self._take(status.Get_source(), status.Get_tag(), buf)
+
+    def _take(self, src, tag, buf):
+        if len(buf) < 2 or buf[1] != self.token:
+            return                      # left over from a freed duplicate: not ours
+        seq = int(buf[0])
+        if seq > self.seq + 1:
+            raise RuntimeError(f"arrival message of call {seq} from rank {src} in call {self.seq}: "
+                               "ranks called Allreduce in different sequences")
+        if seq < self.seq - _KEEP:
+            return
+        call, body = self._call(seq), buf[2:]
+        if tag == tags.NOTICE:
+            call.heard[src] = float(body[0])
+        elif tag == tags.REPORT:
+            old = call.reports.get(src)
+            if old is None or old[0] >= 0:      # "all in" supersedes "all but one"
+                call.reports[src] = (int(body[0]), int(body[1]), float(body[2]))
+        elif tag == tags.DECISION:
+            if call.decision is None:
+                call.decision = int(body[0])
+        elif tag == tags.RECORD:
+            call.pieces[int(body[0])] = body[1:]
+        elif tag == tags.VIEW:
+            call.views.setdefault(self.group_of[src], set()).update(int(x) for x in body)
+        elif tag == tags.NAMED:
+            if call.named is None:
+                call.named = {int(x) for x in body}
 
     def free(self):
-        for notices in (self._before, self._current):
-            if notices is not None:
-                notices.cancel()
         for req, _ in self._sends:
             if not req.Test():
                 req.Free()      # completes on its own; nobody waits for it

@@ -18,9 +18,9 @@ from .policy import (SAMPLE_FIRST, SAMPLE_MAX, SYNCHRONOUS, auto_algorithm, pred
 def setup(state):
     """The collective part of a new state that this room keeps there (first call only):
     the arrival table, the nodes and, across several nodes, the link figures."""
-    state.keep_arrivals(Arrivals(state.private))
     state.topology, node_comm = _topology.discover(state.private)
     node_comm.Free()              # both tiers run on the private duplicate: only the layout is kept
+    state.keep_arrivals(Arrivals(state.private, state.topology.node_of))
     if state.topology.flat:
         return
     model = _config.current().model
@@ -51,6 +51,15 @@ def roles(state, name, policy, nbytes, n, tracked=False, deadline=0.0):
         return _choose(state, arrivals, name, policy, nbytes, n, deadline)
     finally:
         arrivals.finish()
+
+
+def settle(state, deadline=0.0):
+    """After a tracked call's plan: its record (every rank's time, on every rank); returns
+    the arrival messages this rank sent for the call.  ``Pending`` past ``deadline``."""
+    arrivals = state.arrivals()
+    if not arrivals.settle(deadline):
+        raise Pending((), "the arrival record of this call")
+    return arrivals.sent_in(arrivals.seq - 1)
 
 
 def _choose(state, arrivals, name, policy, nbytes, n, deadline):
