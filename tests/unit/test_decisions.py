@@ -135,3 +135,24 @@ def test_unsampled_auto_calls_across_nodes_run_the_synchronous_choice(monkeypatc
     # ...and a call that is not sampled runs the synchronous choice, not native
     state.arrivals = lambda: pytest.fail("an unsampled call reads no arrival table")
     assert _roles.roles(state, "auto", "arrival", 64 * MiB, 8) == ("hring", None)
+
+
+def test_arrival_structures_cover_every_rank_and_leave_the_straggler_out():
+    """Groups of about sqrt(n) (none of one rank), two aggregators each that came first
+    last time, and the roles' tree: every rank but the straggler, at most 2 children."""
+    from stragglar_mpi.decide.arrival import aggregators_of, groups_of, tree_children
+    for n in (2, 3, 4, 5, 8, 16, 17, 32, 33, 100):
+        groups = groups_of(n, [r % 4 for r in range(n)])
+        assert sorted(r for g in groups for r in g) == list(range(n))
+        assert min(map(len, groups)) >= 2 and max(map(len, groups)) <= 2 * (int(n ** 0.5) + 1)
+        previous = Arrival(tuple(reversed(range(n))), tuple(range(n)))
+        assert all(pair == tuple(sorted(g, reverse=True)[:2])
+                   for g, pair in zip(groups, aggregators_of(groups, previous)))
+        for root, late in ((0, n - 1), (n - 1, 0), (n // 2, n // 2), (1 % n, 0)):
+            reached, todo = [root], [root]
+            while todo:
+                children = tree_children(todo.pop(), root, late, n)
+                assert len(children) <= 2 and (late not in children)
+                reached += children
+                todo += children
+            assert sorted(reached) == sorted(set(range(n)) - ({late} - {root}))
