@@ -15,8 +15,9 @@ CLOCK = 7301                # clock offsets, at setup (decide/clock.py)
 BENCH_MODEL = 7302          # the benchmark's own link measurement (bench/_model.py)
 BENCH_BOUND = 7303          # the benchmark's exchange bound (bench/_run.py)
 # On the arrival duplicate (decide/arrival.py): notices, an aggregator's group report, the
-# coordinator's decision, the record's rounds, and a timeout's views and named ranks.
-NOTICE, DECISION, REPORT, RECORD, VIEW, NAMED = 11, 12, 13, 14, 15, 16
+# coordinator's decision, the record's rounds, a timeout's views and named ranks, and a
+# late coordinator's question to an aggregator and its answer.
+NOTICE, DECISION, REPORT, RECORD, VIEW, NAMED, QUERY, ANSWER = 11, 12, 13, 14, 15, 16, 17, 18
 
 
 def _top(minus):

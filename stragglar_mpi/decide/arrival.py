@@ -127,6 +127,10 @@ class _Call:
         self.reported = set()        # what this aggregator reported: 1 (all but one), 0 (all)
         self.decision = None
         self.pieces = {}             # round -> the times received in it
+        self.queries = []            # (coordinator, member) it asked this aggregator about
+        self.asked = {}              # member -> the aggregators this coordinator asked
+        self.answers = {}            # (aggregator, member) -> (heard, time)
+        self.confirmed = {}          # member -> time: present, as an aggregator answered
         self.views = {}              # group -> ranks some aggregator heard from (naming)
         self.named = None            # ranks known to have arrived (naming), once settled
         self.sent = 0                # arrival messages this rank sent for this call
@@ -197,14 +201,20 @@ class Arrivals:
         ``deadline`` (an MPI_Wtime, 0 = never) passes first."""
         call = self._calls[self.seq]
         mine = call.aggregators[self.group_of[self.rank]]
+        first, verify = True, False
         while True:
             self._pump()
             if call.decision is not None:
                 break
             if self.rank in mine:
                 self._report(call)
+                self._answer(call)
             if self.rank == call.coordinator:
                 last = self._decide(call)
+                if first:           # decidable on arrival: this rank came late, the reports
+                    first, verify = False, last is not None     # may be older than it
+                if last is not None and verify and last != self.rank and not self._verified(call, last):
+                    last = None
                 if last is not None:
                     call.decision = last
                     if last != self.rank:
@@ -274,6 +284,29 @@ class Arrivals:
         self._send(call, [missing[0] if missing else -1, latest, self._time(call, latest)],
                    tags.REPORT, call.coordinator)
 
+    def _answer(self, call):
+        """On an aggregator: answer the coordinator's questions (has this member come?)."""
+        for src, x in call.queries:
+            self._send(call, [x, float(x in call.heard), call.heard.get(x, 0.0)], tags.ANSWER, src)
+        call.queries = []
+
+    def _verified(self, call, x):
+        """On a coordinator that came late: whether ``x``, missing in reports that may be
+        older than this rank's arrival, is still missing at the aggregators of its group
+        (who are in the call: they reported).  Asks them once; False until all answered,
+        or once one has heard from ``x`` (then the group's state drops it)."""
+        asked = call.asked.get(x)
+        if asked is None:
+            asked = call.asked[x] = [a for a in call.aggregators[self.group_of[x]] if a not in (x, self.rank)]
+            for a in asked:
+                self._send(call, [x], tags.QUERY, a)
+        got = [call.answers.get((a, x)) for a in asked]
+        here = [ans[1] for ans in got if ans is not None and ans[0]]
+        if here:
+            call.confirmed[x] = here[0]
+            return False
+        return all(ans is not None for ans in got)
+
     def _time(self, call, r):
         return call.mine if r == self.rank else call.heard[r]
 
@@ -292,6 +325,9 @@ class Arrivals:
         if call.aggregators is not None and self.rank in call.aggregators[g] and call.arrived:
             local = {m for m in self.groups[g] if m != self.rank and m not in call.heard}
             states[g] = local if g not in states else states[g] & local
+        for x in call.confirmed:
+            if self.group_of[x] in states:
+                states[self.group_of[x]] = states[self.group_of[x]] - {x}
         return states
 
     def _decide(self, call):
@@ -313,6 +349,7 @@ class Arrivals:
             r = self._latest_of(call, self.groups[g])
             latest.append((self._time(call, r), r))
         latest.append((call.mine, self.rank))
+        latest += [(t, x) for x, t in call.confirmed.items()]
         return max(latest)[1]
 
     # --- missing ranks ----------------------------------------------------------------
@@ -415,6 +452,10 @@ class Arrivals:
                 call.decision = int(body[0])
         elif tag == tags.RECORD:
             call.pieces[int(body[0])] = body[1:]
+        elif tag == tags.QUERY:
+            call.queries.append((src, int(body[0])))
+        elif tag == tags.ANSWER:
+            call.answers[(src, int(body[0]))] = (bool(body[1]), float(body[2]))
         elif tag == tags.VIEW:
             call.views.setdefault(self.group_of[src], set()).update(int(x) for x in body)
         elif tag == tags.NAMED:

@@ -156,3 +156,30 @@ def test_arrival_structures_cover_every_rank_and_leave_the_straggler_out():
                 reached += children
                 todo += children
             assert sorted(reached) == sorted(set(range(n)) - ({late} - {root}))
+
+
+def test_a_late_coordinator_asks_before_it_trusts_an_old_report():
+    """The coordinator comes last and finds a report "all but 5" from before 5 came: it
+    asks 5's other aggregator, hears that 5 is in, and names itself (the latest)."""
+    from stragglar_mpi.decide import arrival as _arrival
+    table = _arrival.Arrivals.__new__(_arrival.Arrivals)
+    table.n, table.rank, table.seq, table.token = 6, 0, 0, 1.0
+    table.groups = _arrival.groups_of(6)                   # (0, 1, 2), (3, 4, 5)
+    table.group_of = {r: i for i, g in enumerate(table.groups) for r in g}
+    call = _arrival._Call(0)
+    call.arrived, call.mine, call.coordinator = True, 9.0, 0
+    call.aggregators = ((0, 1), (3, 4))
+    call.heard = {1: 1.0, 2: 2.0}
+    call.reports = {3: (5, 4, 4.0), 4: (5, 4, 4.0)}       # both: "all but 5", before 5 came
+    table._calls = {0: call}
+    sent = []
+    table._send = lambda c, payload, tag, dest: sent.append((tag, dest, list(payload)))
+    answers = iter([[], [(3, 5)]])
+
+    def pump(thorough=False):
+        for src, x in next(answers, []):
+            call.answers[(src, x)] = (True, 8.0)           # 3 has heard from 5 (at 8.0)
+    table._pump = pump
+    assert table.straggler() == 0
+    assert (_arrival.tags.QUERY, 3, [5]) in sent and (_arrival.tags.QUERY, 4, [5]) in sent
+    assert (_arrival.tags.DECISION, 1, [0]) in sent         # down the tree: 0 feeds 1 and 2
