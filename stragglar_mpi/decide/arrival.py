@@ -22,7 +22,8 @@ Nothing is ever forwarded by a rank that might be the late one.
   forwards nothing), plus once to the straggler, who finds it waiting.  A late
   aggregator: its partner reports.  A late coordinator: the call still gets the
   right roles, but the early ranks wait for it (a persistent straggler never is
-  one; a moving one about one call in n).
+  one; a moving one about one call in n); one that finds the roles decided on
+  arrival asks the missing rank's aggregators first (its reports may be older).
 - Record: after its plan (every rank has entered the call then), each rank passes
   the times around in ceil(log2 n) rounds (each round: what it holds to rank
   r - 2^k, from rank r + 2^k), so every rank holds every time and builds the same

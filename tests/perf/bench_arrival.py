@@ -51,7 +51,8 @@ def model(n, per_node=4):
     """Arrival messages per rank and call, counted from the structures the library builds
     (at most 2 notices, 2 reports from an aggregator, which sends 1 notice, 2 forwards of
     the roles and 1 to the straggler from the coordinator, ceil(log2 n) for the record:
-    at most 5 + ceil(log2 n)), here for one typical call
+    at most 5 + ceil(log2 n); a coordinator that came last asks up to 2 more), here for
+    one typical call
     (nodes of ``per_node`` ranks, cyclic; the last rank late; rank 0 the coordinator):
     (most sent by one rank with roles, mean with roles, most without, the most any rank
     receives with roles, rounds after the last early arrival until the last early rank
