@@ -211,10 +211,10 @@ class Arrivals:
                 self._report(call)
                 self._answer(call)
             if self.rank == call.coordinator:
-                last = self._decide(call)
+                last, named_missing = self._decide(call)
                 if first:           # decidable on arrival: this rank came late, the reports
                     first, verify = False, last is not None     # may be older than it
-                if last is not None and verify and last != self.rank and not self._verified(call, last):
+                if named_missing and verify and not self._verified(call, last):
                     last = None
                 if last is not None:
                     call.decision = last
@@ -332,16 +332,17 @@ class Arrivals:
         return states
 
     def _decide(self, call):
-        """On the coordinator: the one rank missing once n-1 are in; when all are, the
-        latest by (time, rank); None while two or more are missing (or unknown)."""
+        """On the coordinator: (the one rank missing once n-1 are in, True); when all
+        are, (the latest by (time, rank), False); (None, False) while two or more are
+        missing (or unknown)."""
         states = self._group_states(call)
         if len(states) < len(self.groups):
-            return None
+            return None, False
         missing = set().union(*states.values())
         if len(missing) > 1:
-            return None
+            return None, False
         if missing:
-            return missing.pop()
+            return missing.pop(), True
         latest = []
         for src, (_, rank, t) in call.reports.items():
             latest.append((t, rank))
@@ -351,7 +352,7 @@ class Arrivals:
             latest.append((self._time(call, r), r))
         latest.append((call.mine, self.rank))
         latest += [(t, x) for x, t in call.confirmed.items()]
-        return max(latest)[1]
+        return max(latest)[1], False
 
     # --- missing ranks ----------------------------------------------------------------
 
