@@ -171,11 +171,11 @@ class Arrivals:
         call.arrived, call.mine = True, t
         call.aggregators = aggregators_of(self.groups, self._latest)
         call.coordinator = self.coordinator = coordinator(self._latest, self.n)
-        self._pump(thorough=True)      # what came before this rank: all of it
-        self.place = len(call.heard)
         for a in call.aggregators[self.group_of[self.rank]]:
             if a != self.rank:
-                self._send(call, [t], tags.NOTICE, a)
+                self._send(call, [t], tags.NOTICE, a)      # first: nobody waits for ours
+        self._pump(thorough=True)      # what came before this rank: all of it
+        self.place = len(call.heard)
         return self.place
 
     def record_before(self, deadline=0.0):
