@@ -146,6 +146,18 @@ def test_arrival_on_emulated_nodes(layout, transport):
     assert rc == 0, out[-20000:]
 
 
+@NODES
+def test_arrival_by_groups_at_4_ranks_on_emulated_nodes():
+    """The groups' table (by default from STRAGGLAR_ARRIVAL_GROUPS=16 ranks) forced at 4
+    ranks on 2 emulated nodes of 2: roles, auto and clocks, then the timeouts (missing
+    ranks named).  Below 16 ranks the other runs here take notices to every rank."""
+    env = {"MPIR_CVAR_ODD_EVEN_CLIQUES": "1", "UCX_TLS": "tcp,self", "STRAGGLAR_ARRIVAL_GROUPS": "2"}
+    rc, out = run_mpi(4, ["mpi/test_arrival.py", "mpi/test_policy.py"], extra_env=env)
+    assert rc == 0, out[-20000:]
+    rc, out = run_mpi(4, ["-m", "timeouts", "mpi/test_reliability.py"], extra_env=env)
+    assert rc == 0, out[-20000:]
+
+
 @pytest.mark.skipif(not FAKETIME, reason="libfaketime is not installed (apt-get install faketime)")
 @NODES
 def test_arrival_with_clocks_shifted_by_seconds():

@@ -53,7 +53,8 @@ def _last_native_hit(bindings):
 def stats(comm) -> dict:
     """Per-communicator counters of this rank's blocking calls: ``calls`` (algorithm ->
     count), ``last`` (the last call) and ``arrival_messages`` (``total``: the arrival
-    messages this rank sent on ``comm``; ``last``: those of the last call).  Local: never
+    messages this rank sent on ``comm``; ``last``: those of the last call; ``protocol``:
+    "groups" or "notices", decide/roles.arrival_table).  Local: never
     communicates (before the first call on ``comm`` it holds only empty ``calls`` and
     ``last``)."""
     state = peek(comm)
@@ -66,7 +67,8 @@ def stats(comm) -> dict:
             last = _last_native_hit(bindings)
     arrivals = state.arrivals()
     sent = {"total": arrivals.sent_total if arrivals is not None else 0,
-            "last": last.arrival_messages if last else 0}
+            "last": last.arrival_messages if last else 0,
+            "protocol": arrivals.protocol if arrivals is not None else None}
     return {"calls": dict(calls), "last": last.as_dict() if last else {}, "arrival_messages": sent}
 
 

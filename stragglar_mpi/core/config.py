@@ -61,9 +61,9 @@ def _transport(name, raw):
     return text
 
 
-def _bytes(least):
+def _whole(least, unit):
     def parse(name, raw):
-        accepted = f"a whole number of bytes >= {least}"
+        accepted = f"a whole number of {unit} >= {least}"
         try:
             value = int(raw.strip())
         except ValueError:
@@ -72,6 +72,10 @@ def _bytes(least):
             raise _error(name, raw, accepted)
         return value
     return parse
+
+
+def _bytes(least):
+    return _whole(least, "bytes")
 
 
 def _model(name, raw):
@@ -137,6 +141,11 @@ KNOBS = (
          "`0`/`1`: override the detection of a CUDA-aware MPI (unset: detected)"),
     Knob("STRAGGLAR_CUDA_PIECE_BYTES", "cuda_piece_bytes", "4194304", _bytes(1),
          "largest single host-device copy when device buffers are staged through host memory"),
+    # Below it a notice to every rank costs fewer rounds of latency than the groups'
+    # reports, tree and record rounds (docs/ARRIVAL.md, measured); rank 0's value counts.
+    Knob("STRAGGLAR_ARRIVAL_GROUPS", "arrival_groups", "16", _whole(2, "ranks"),
+         "communicators of at least this many ranks track arrivals through groups and "
+         "aggregators (O(log n) messages a rank and call); smaller ones send a notice to every rank"),
 )
 KNOWN = frozenset(k.name for k in KNOBS)
 
@@ -153,6 +162,7 @@ class Settings:
     report: bool
     cuda_aware: bool | None      # None: ask the MPI library
     cuda_piece_bytes: int
+    arrival_groups: int          # ranks from which arrival uses groups (decide/arrival.py)
     epoch: int = field(default=0, compare=False)
 
 

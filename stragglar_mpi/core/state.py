@@ -46,7 +46,7 @@ class State:
         self.broken = None                # why this state is unusable (after a timeout)
         self.bindings = bindings
         self.log = None                   # what tracked calls ran, for the report (call/report.Log)
-        self._arrivals = None             # the arrival table (decide/arrival.Arrivals), set at setup
+        self._arrivals = None             # the arrival table (decide/arrival.GroupTable or decide/notices.NoticeTable), set at setup
         self.topology, self.links = None, None
         self._scratch = np.empty(0, dtype=np.uint8)
         self.pools = {}                   # memory backends' scratch, per operation (_memory.Pool)

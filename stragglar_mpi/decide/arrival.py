@@ -3,7 +3,9 @@
 A message that small goes eagerly: the send completes at the sender and the data
 waits at the receiver without either side's progress, so a rank that is late,
 outside MPI, holds up nobody's message (docs/ARRIVAL.md has the measurements).
-Nothing is ever forwarded by a rank that might be the late one.
+Nothing is ever forwarded by a rank that might be the late one.  This is the table of
+communicators of ``STRAGGLAR_ARRIVAL_GROUPS`` ranks or more (16 by default); smaller
+ones send a notice to every rank (decide/notices.py: fewer rounds of latency there).
 
 - Groups: the ranks in node order, cut into groups of about sqrt(n) (at least 2).
   Each group has two *aggregators*: its two members that came first in the previous
@@ -137,7 +139,10 @@ class _Call:
         self.sent = 0                # arrival messages this rank sent for this call
 
 
-class Arrivals:
+class GroupTable:
+    """The arrival table of a communicator of STRAGGLAR_ARRIVAL_GROUPS ranks or more."""
+    protocol = "groups"
+
     def __init__(self, comm, node_of=None):
         self.comm = comm.Dup()          # our messages never meet the plans'
         self.n, self.rank = self.comm.Get_size(), self.comm.Get_rank()

@@ -1,7 +1,8 @@
 """Roles of one call: which algorithm runs and who plays the straggler, the same on every rank.
 
 Calls that need arrival data ("auto", a policy by name, or a timeout that must name the
-missing ranks) send arrival notices (decide/arrival.py); the others touch nothing.
+missing ranks) send arrival notices (decide/arrival.py from STRAGGLAR_ARRIVAL_GROUPS ranks,
+decide/notices.py below); the others touch nothing.
 ``state`` is the communicator's (core/state.py): its arrival table, history, topology.
 """
 from __future__ import annotations
@@ -10,7 +11,8 @@ from ..core import config as _config
 from ..core.errors import Pending
 from ..schedule.algorithms import has_roles
 from . import topology as _topology
-from .arrival import Arrivals
+from .arrival import GroupTable
+from .notices import NoticeTable
 from .policy import (SAMPLE_FIRST, SAMPLE_MAX, SYNCHRONOUS, auto_algorithm, predict_straggler,
                      synchronous_algorithm)
 
@@ -20,7 +22,7 @@ def setup(state):
     the arrival table, the nodes and, across several nodes, the link figures."""
     state.topology, node_comm = _topology.discover(state.private)
     node_comm.Free()              # both tiers run on the private duplicate: only the layout is kept
-    state.keep_arrivals(Arrivals(state.private, state.topology.node_of))
+    state.keep_arrivals(arrival_table(state.private, state.topology.node_of))
     if state.topology.flat:
         return
     model = _config.current().model
@@ -28,6 +30,14 @@ def setup(state):
         state.links = _topology.Links(model[0], model[1], model[3], model[4])
     else:
         state.links = _topology.measure(state.private, state.topology)
+
+
+def arrival_table(comm, node_of=None):
+    """Groups and aggregators (O(log n) messages a rank and call) from
+    STRAGGLAR_ARRIVAL_GROUPS ranks, a notice to every rank below: rank 0's setting, so
+    that every rank builds the same kind."""
+    least = comm.bcast(_config.current().arrival_groups, root=0)
+    return GroupTable(comm, node_of) if comm.Get_size() >= least else NoticeTable(comm)
 
 
 def roles(state, name, policy, nbytes, n, tracked=False, deadline=0.0):

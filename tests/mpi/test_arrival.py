@@ -158,3 +158,78 @@ def test_freed_communicators_leave_no_notice_behind():
                       algorithm="hierarchical" if trial % 4 > 1 else "stragglar")
             assert np.all(recv == n * (n + 1) / 2)
         made.Free()
+
+
+def _with_groups_from(least, make):
+    """``make()`` with STRAGGLAR_ARRIVAL_GROUPS=``least`` in force on this rank."""
+    from stragglar_mpi import configure
+    before = os.environ.get("STRAGGLAR_ARRIVAL_GROUPS")
+    os.environ["STRAGGLAR_ARRIVAL_GROUPS"] = str(least)
+    configure()
+    try:
+        return make()
+    finally:
+        if before is None:
+            del os.environ["STRAGGLAR_ARRIVAL_GROUPS"]
+        else:
+            os.environ["STRAGGLAR_ARRIVAL_GROUPS"] = before
+        configure()
+
+
+@pytest.mark.parametrize("protocol", ["notices", "groups"])
+def test_arrival_messages_are_counted_in_stats(protocol):
+    """Each tracked call's arrival messages, per rank, in ``stats``: with notices to every
+    rank n-1 (the coordinator 2(n-1): its answer too), with groups at most 7 + ceil(log2 n);
+    the late rank is the straggler either way."""
+    world = MPI.COMM_WORLD
+    n = world.Get_size()
+    if n < 2:
+        pytest.skip("needs two ranks")
+    least = 2 if protocol == "groups" else n + 1
+
+    def first_call():
+        c = world.Dup()
+        Allreduce(c, np.ones(8), np.zeros(8), algorithm="stragglar", straggler="arrival")
+        return c
+    c = _with_groups_from(least, first_call)
+    try:
+        assert stats(c)["arrival_messages"]["protocol"] == protocol
+        late, total = n - 1, stats(c)["arrival_messages"]["total"]
+        for _ in range(4):
+            c.Barrier()
+            if c.Get_rank() == late:
+                time.sleep(0.02)
+            recv = np.zeros(8)
+            Allreduce(c, np.full(8, c.Get_rank() + 1.0), recv, algorithm="stragglar", straggler="arrival")
+            assert np.all(recv == n * (n + 1) / 2)
+            sent = stats(c)["arrival_messages"]
+            total += sent["last"]
+            assert sent["total"] == total
+            every = c.allgather(sent["last"])
+            if protocol == "notices":
+                assert sorted(every) == [n - 1] * (n - 1) + [2 * (n - 1)], every
+            else:
+                assert max(every) <= 7 + (n - 1).bit_length(), every
+        assert stats(c)["last"]["straggler"] == late
+    finally:
+        c.Free()
+
+
+def test_every_rank_takes_rank_0s_threshold():
+    """Ranks set STRAGGLAR_ARRIVAL_GROUPS differently: rank 0's value decides, so every
+    rank builds the same kind of table (and the call completes)."""
+    world = MPI.COMM_WORLD
+    n = world.Get_size()
+    if n < 2:
+        pytest.skip("needs two ranks")
+    mine = 2 if world.Get_rank() % 2 else n + 1        # rank 0: notices; odd ranks: groups
+    c = _with_groups_from(mine, lambda: world.Dup())
+    try:
+        recv = np.zeros(8)
+        _with_groups_from(mine, lambda: Allreduce(c, np.ones(8), recv, algorithm="stragglar",
+                                                  straggler="arrival"))
+        assert np.all(recv == n)
+        kinds = c.allgather(stats(c)["arrival_messages"]["protocol"])
+        assert kinds == ["notices"] * n, kinds
+    finally:
+        c.Free()

@@ -51,11 +51,12 @@ def late_part(world, args):
     ok = wrong == 0 and all(p == late for p in tail) and most <= args.max_messages
     every = c.gather((ok, most, wrong, picks), root=0)
     total = c.allreduce(stats(c)["arrival_messages"]["total"], op=MPI.SUM)
+    protocol = stats(c)["arrival_messages"]["protocol"]
     c.Free()
     if me == 0:
         worst = max(e[1] for e in every)
         bad = [r for r, e in enumerate(every) if not e[0]]
-        print(f"late: ranks {n}  calls {args.calls}  rank {late} {args.delay * 1e3:.0f} ms late  "
+        print(f"late: ranks {n} ({protocol})  calls {args.calls}  rank {late} {args.delay * 1e3:.0f} ms late  "
               f"straggler={late} in {sum(p == late for p in tail)} of the last {len(tail)}  "
               f"wrong results {sum(e[2] for e in every)}  most arrival messages a rank sent in one "
               f"call {worst} (limit {args.max_messages})  mean per rank and call "
@@ -86,10 +87,13 @@ def c_ok(world, ok):
 
 
 def roles_of(c):
-    """(coordinator, aggregators per group) the next tracked call on ``c`` will use."""
+    """(coordinator, aggregators per group, groups) the next tracked call on ``c`` will use;
+    a table of notices to every rank (below STRAGGLAR_ARRIVAL_GROUPS) has no groups."""
     from stragglar_mpi.decide.arrival import aggregators_of, coordinator
     arrivals = state_of(c).arrivals()
     previous = arrivals.record_before()
+    if arrivals.protocol != "groups":
+        return coordinator(previous, arrivals.n), (), ()
     return coordinator(previous, arrivals.n), aggregators_of(arrivals.groups, previous), arrivals.groups
 
 
@@ -140,11 +144,11 @@ def forwarder(lead, aggregators, groups, n):
         for a in pair:
             if a != lead and len(g) > 2:
                 return a
-    return aggregators[-1][0]
+    return aggregators[-1][0] if aggregators else (lead + 1) % n
 
 
 def second_aggregator(lead, aggregators, groups, n):
-    return aggregators[len(aggregators) // 2][-1]
+    return aggregators[len(aggregators) // 2][-1] if aggregators else (lead + n // 2) % n
 
 
 def member(lead, aggregators, groups, n):

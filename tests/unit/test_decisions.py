@@ -162,7 +162,7 @@ def test_a_late_coordinator_asks_before_it_trusts_an_old_report():
     """The coordinator comes last and finds a report "all but 5" from before 5 came: it
     asks 5's other aggregator, hears that 5 is in, and names itself (the latest)."""
     from stragglar_mpi.decide import arrival as _arrival
-    table = _arrival.Arrivals.__new__(_arrival.Arrivals)
+    table = _arrival.GroupTable.__new__(_arrival.GroupTable)
     table.n, table.rank, table.seq, table.token = 6, 0, 0, 1.0
     table.groups = _arrival.groups_of(6)                   # (0, 1, 2), (3, 4, 5)
     table.group_of = {r: i for i, g in enumerate(table.groups) for r in g}

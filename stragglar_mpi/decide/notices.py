@@ -1,0 +1,242 @@
+"""Who arrived when, for small communicators: a notice to every rank.
+
+Below ``STRAGGLAR_ARRIVAL_GROUPS`` ranks (core/config.py) the arrival table is this
+one, not the groups of decide/arrival.py: n-1 messages a rank and call, but only one
+hop for the record and two for the roles, which is faster at a few ranks than the
+groups' reports, tree and record rounds (docs/ARRIVAL.md has both measured).  It keeps
+the same promises with the same parts:
+
+- Notices: each tracked call, every rank sends a 24-byte notice (call, time on rank
+  0's clock, the table's token) to every other rank, before it looks at anything.
+  A notice that small goes eagerly: it waits at the receiver without either side's
+  progress, so a late rank holds up nobody's.
+- Record: at the start of call ``seq`` every rank holds every notice of call ``seq-1``
+  (each was sent before its sender took part in that call, which has finished here),
+  so every rank builds the same ``Arrival`` record without waiting for anyone.
+- Roles ("arrival"): the coordinator (the first arrival of the previous record) waits
+  until n-1 ranks, itself included, have arrived, names the one missing and sends that
+  to every rank; the others wait only for that message.  Nobody forwards anything, so
+  a late rank other than the coordinator holds up nobody; a late coordinator makes the
+  early ranks wait, as in the groups' design.
+- Timeouts: the ranks whose notice has not come are the missing ones.  A rank that
+  waited holds every notice of a rank that arrived (sent first thing), so every such
+  rank names the same missing ones.
+"""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+from mpi4py import MPI
+
+from ..core import tags
+from .arrival import Arrival, coordinator
+from .clock import offsets
+
+_CLOCK_ROUNDS = 8
+
+
+class _Notices:
+    """The notices of one call: one receive posted from every other rank."""
+
+    def __init__(self, comm, seq, box, token):
+        self.comm, self.seq, self.box, self.token = comm, seq, box, token
+        me = comm.Get_rank()
+        self.ranks = [r for r in range(comm.Get_size()) if r != me]
+        self.requests = [comm.Irecv(box[r], r, tags.NOTICE) for r in self.ranks]
+        self.heard = {}      # rank -> arrival time
+
+    @property
+    def pending(self):
+        return len(self.heard) < len(self.ranks)
+
+    def poll(self):
+        """Take in the notices that came since the last poll (one MPI_Testsome); return their ranks."""
+        if not self.pending:
+            return []
+        new = []
+        for i in MPI.Request.Testsome(self.requests) or ():
+            r = self.ranks[i]
+            if self.box[r, 2] != self.token:      # left over from a freed duplicate: not ours
+                self.requests[i] = self.comm.Irecv(self.box[r], r, tags.NOTICE)
+                continue
+            new.append(r)
+            if int(self.box[r, 0]) != self.seq:
+                raise RuntimeError(f"arrival notice of call {int(self.box[r, 0])} from rank {r} in call "
+                                   f"{self.seq}: ranks called Allreduce in different sequences")
+            self.heard[r] = float(self.box[r, 1])
+        return new
+
+    def drain(self):
+        """Take in every notice already here: poll until a pass brings nothing new (one
+        test may move only part of what waits in a socket)."""
+        while self.pending and self.poll():
+            pass
+        self.poll()
+
+    def wait(self, count, deadline):
+        """Poll until ``count`` notices are in; False if ``deadline`` (an MPI_Wtime) passes first."""
+        while True:
+            self.poll()
+            if len(self.heard) >= count:
+                return True
+            if deadline and MPI.Wtime() > deadline:
+                return False
+            os.sched_yield()
+
+    def cancel(self):
+        for req in self.requests:
+            if req:
+                req.Cancel()
+                req.Wait()
+
+
+class NoticeTable:
+    """The arrival table of a small communicator (the interface of arrival.GroupTable)."""
+    protocol = "notices"
+
+    def __init__(self, comm):
+        self.comm = comm.Dup()          # our notices never meet the plans' messages
+        self.n, self.rank = self.comm.Get_size(), self.comm.Get_rank()
+        self.offset = offsets(self.comm, _CLOCK_ROUNDS)
+        self.seq = 0
+        # Notices carry this table's token: one that a freed duplicate left in the MPI's
+        # queue (the last call's notices may still be on the way when it is freed) can
+        # be matched by a later duplicate that reuses the context id; it is dropped.
+        self.token = float(self.comm.bcast(int.from_bytes(os.urandom(6), "little") + 1, root=0))
+        self._boxes = (np.zeros((self.n, 3)), np.zeros((self.n, 3)))
+        self._current = _Notices(self.comm, 0, self._boxes[0], self.token)
+        self._before = None             # notices of the previous call, until its record is built
+        self._mine = {}                 # seq -> this rank's arrival time (current and previous)
+        self._previous = None
+        self._sends = []                # (request, buffer) still in flight
+        self._sent = {}                 # seq -> arrival messages this rank sent for it
+        self.sent_total = 0
+        self.coordinator = 0
+        self.place = 0
+
+    def now(self):
+        """This rank's time on rank 0's clock."""
+        return MPI.Wtime() - self.offset
+
+    def arrive(self, deadline=0.0):
+        """Enter this call: send this rank's notice to every rank; returns how many ranks
+        this rank knew to have arrived before it, or None if ``deadline`` passed while
+        the previous call's notices were still coming."""
+        t = self.now()
+        note = np.array([self.seq, t, self.token])
+        self._send(note, tags.NOTICE, [r for r in range(self.n) if r != self.rank])
+        self._mine[self.seq] = t
+        if self.record_before(deadline) is False:
+            return None
+        self.coordinator = coordinator(self._previous, self.n)
+        self._current.drain()
+        self.place = len(self._current.heard)
+        return self.place
+
+    def record_before(self, deadline=0.0):
+        """The record of the previous call, built (once) from its notices; False if
+        ``deadline`` passes before they are all in."""
+        if self._before is not None:
+            if not self._before.wait(self.n - 1, deadline):
+                return False
+            times = dict(self._before.heard)
+            times[self.rank] = self._mine.pop(self._before.seq)
+            order = tuple(sorted(times, key=lambda r: (times[r], r)))
+            self._previous = Arrival(order, tuple(times[r] for r in order))
+            self._before = None
+        return self._previous
+
+    def previous(self):
+        """The record of the previous tracked call, or None before the first."""
+        return self._previous
+
+    def heard(self):
+        """Ranks whose notice for the current call has come."""
+        self._current.poll()
+        return set(self._current.heard)
+
+    def straggler(self, deadline=0.0):
+        """The rank that arrives last in this call, as the coordinator saw it; None if
+        ``deadline`` (an MPI_Wtime, 0 = never) passes first."""
+        if self.rank == self.coordinator:
+            last = self._decide(deadline)
+            if last is not None:
+                decision = np.array([self.seq, last, int(self.token)], np.int64)
+                self._send(decision, tags.DECISION, [r for r in range(self.n) if r != self.rank])
+            return last
+        got = self._decision(deadline)
+        if got is None:
+            return None
+        if int(got[0]) != self.seq:
+            raise RuntimeError(f"roles of call {int(got[0])} from rank {self.coordinator} in call {self.seq}: "
+                               "ranks called Allreduce in different sequences")
+        return int(got[1])
+
+    def _decision(self, deadline):
+        """The coordinator's answer (seq, straggler, token); None if ``deadline`` passes."""
+        got = np.zeros(3, np.int64)
+        while True:
+            req = self.comm.Irecv(got, self.coordinator, tags.DECISION)
+            while not req.Test():
+                if deadline and MPI.Wtime() > deadline:
+                    req.Cancel()
+                    req.Wait()
+                    return None
+                os.sched_yield()
+            if got[2] == int(self.token):
+                return got          # else: left over from a freed duplicate
+
+    def _decide(self, deadline):
+        """On the coordinator: the one rank missing once n-1 have arrived."""
+        if self.place == self.n - 1:
+            return self.rank            # everyone was here before the coordinator
+        notices = self._current
+        while True:
+            new = notices.poll()
+            if len(notices.heard) == self.n - 1:      # two came at once: the later one
+                return max(new or notices.heard, key=lambda r: (notices.heard[r], r))
+            if len(notices.heard) == self.n - 2:
+                return next(r for r in range(self.n) if r != self.rank and r not in notices.heard)
+            if deadline and MPI.Wtime() > deadline:
+                return None
+            os.sched_yield()
+
+    def absent(self, seq, grace=None):
+        """Ranks that have not entered call ``seq`` (the current or the previous one)."""
+        notices = self._before if self._before is not None and seq == self._before.seq else self._current
+        if notices.seq != seq:
+            return []
+        notices.drain()
+        return [r for r in range(self.n) if r != self.rank and r not in notices.heard]
+
+    def finish(self):
+        """This rank is done with the call's roles: listen for the next call's notices."""
+        self._before = self._current
+        self.seq += 1
+        self._current = _Notices(self.comm, self.seq, self._boxes[self.seq % 2], self.token)
+        self._sends = [(req, buf) for req, buf in self._sends if not req.Test()]
+        self._sent = {s: k for s, k in self._sent.items() if s >= self.seq - 2}
+
+    def settle(self, deadline=0.0):
+        """After the plan: nothing to do (the record comes with the next call's notices)."""
+        return True
+
+    def sent_in(self, seq):
+        """Arrival messages this rank sent for call ``seq``."""
+        return self._sent.get(seq, 0)
+
+    def _send(self, buf, tag, peers):
+        self._sends += [(self.comm.Isend(buf, r, tag), buf) for r in peers]
+        self._sent[self.seq] = self._sent.get(self.seq, 0) + len(peers)
+        self.sent_total += len(peers)
+
+    def free(self):
+        for notices in (self._before, self._current):
+            if notices is not None:
+                notices.cancel()
+        for req, _ in self._sends:
+            if not req.Test():
+                req.Free()      # completes on its own; nobody waits for it
+        self._sends = []
+        self.comm.Free()
