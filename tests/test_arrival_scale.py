@@ -30,3 +30,4 @@ def test_arrival_at_16_ranks_on_4_nodes():
     assert rc == 0, f"{' '.join(cmd)} exited {rc}:\n" + "\n".join(lines) + "\n" + out[-6000:]
     assert len(lines) == 5 and all(line.endswith("OK") for line in lines), "\n".join(lines)
     assert "straggler=15 in 10 of the last 10" in lines[0]
+    assert "(groups)" in lines[0], lines[0]       # 16 ranks: STRAGGLAR_ARRIVAL_GROUPS by default
