@@ -14,6 +14,7 @@ PERF = ROOT / "tests" / "perf"
     ("bench_transport.py", ["--iters", "1"], "16777216"),
     ("bench_validate.py", ["--size", "64K", "--iters", "3"], "median call"),
     ("bench_arrival.py", ["--iters", "3"], "roles"),
+    ("bench_arrival.py", ["--compare", "--iters", "3"], "groups / notices"),
     ("auto_late_rank.py", ["--size", "64K", "--calls", "3", "--delay-ms", "1"], "StragglAR in the last 10"),
     ("bench_overlap.py", ["--size", "64K", "--delays", "5", "--iters", "1"], "ratio"),
     ("soak.py", ["--calls", "40", "--warmup", "10", "--max-bytes", "64K"], "errors 0"),
