@@ -142,11 +142,14 @@ class Arrivals:
         """Enter this call: send this rank's notice to every rank; returns how many ranks
         this rank knew to have arrived before it, or None if ``deadline`` passed while
         the previous call's notices were still coming."""
-        t = self.now()
         if self.record_before(deadline) is False:
             return None
         self.coordinator = coordinator(self._previous, self.n)
         self._current.drain()
+        # The time is read next to the send, not at entry: the coordinator names the rank
+        # whose notice is missing, so a rank held up in between (descheduled on a busy
+        # machine) must be late in the record too, and the notices heard came before it.
+        t = self.now()
         self.place = len(self._current.heard)
         self._mine[self.seq] = t
         note = np.array([self.seq, t, self.token])

@@ -94,6 +94,36 @@ def test_arrival_roles_name_the_late_rank_across_nodes(laid_out):
         assert stats(c)["last"]["straggler"] == late, f"call {it}"
 
 
+def test_a_rank_held_up_before_its_notice_is_the_straggler_in_the_record_too():
+    """Rank n-1 is held up inside the call, before its arrival notice goes (as a rank
+    descheduled there on a busy machine is), longer than rank n-2 sleeps before the call.
+    The coordinator names the rank whose notice is missing, n-1; the record, which orders
+    the ranks by their arrival times, must name it too, every call."""
+    c = MPI.COMM_WORLD.Dup()
+    n = c.Get_size()
+    if n < 3:
+        c.Free()
+        pytest.skip("needs a coordinator and two other ranks")
+    late, held, calls = n - 2, n - 1, 6
+    Allreduce(c, np.ones(8), np.zeros(8), algorithm="stragglar", straggler="arrival")
+    arrivals = state_of(c).arrivals()
+    if c.Get_rank() == held:
+        build = arrivals.record_before
+        arrivals.record_before = lambda deadline=0.0: (time.sleep(0.1), build(deadline))[1]
+    named = []
+    for _ in range(calls):
+        c.Barrier()
+        if c.Get_rank() == late:
+            time.sleep(0.03)
+        Allreduce(c, np.ones(8), np.zeros(8), algorithm="stragglar", straggler="arrival")
+        named.append(stats(c)["last"]["straggler"])
+    arrivals.__dict__.pop("record_before", None)
+    Allreduce(c, np.ones(8), np.zeros(8), algorithm="stragglar", straggler="arrival")
+    recorded = [rec.last for rec in list(state_of(c).history)[-calls:]]
+    c.Free()
+    assert named == [held] * calls and recorded == named, (named, recorded)
+
+
 @pytest.mark.wallclock
 def test_clock_offsets_are_measured_and_gaps_are_not_shifted(laid_out):
     """The offsets the arrival notices subtract follow the shifted clocks, and the
