@@ -17,7 +17,7 @@ from stragglar_mpi import Allreduce, stats
 from stragglar_mpi.call.allreduce import state_of
 
 COUNT = 1 << 20                  # 4 MiB of float32: "auto" looks at arrivals from here up
-DELAY = 0.03                     # enough to hide phase 1 in the default cost model
+DELAY = 0.05     # hides phase 1 in the default cost model, outlasts a rank descheduled under load
 
 
 def block_layout(world):
@@ -149,7 +149,7 @@ def test_clock_offsets_are_true_to_a_few_milliseconds(laid_out):
 @pytest.mark.wallclock
 def test_clock_offsets_are_measured_and_gaps_are_not_shifted(laid_out):
     """The offsets the arrival notices subtract follow the shifted clocks, and the
-    recorded gap of a 30 ms straggler is 30 ms, not seconds."""
+    recorded gap of a 50 ms straggler is 50 ms, not seconds."""
     c, n = laid_out, laid_out.Get_size()
     if n < 2:
         pytest.skip("needs two ranks")
