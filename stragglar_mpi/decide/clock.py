@@ -19,11 +19,10 @@ def offsets(comm, rounds: int = 16) -> float:
     Each ping-pong bounds the offset: the peer read its clock between rank 0's
     send and receive.  We keep the smallest offset inside every bound, so ranks
     that share one kernel clock (one node) get exactly 0, and others the value
-    closest to it that every round trip allows.  Zero as well when
-    MPI_WTIME_IS_GLOBAL says the clocks are already one.
+    closest to it that every round trip allows.  MPI_WTIME_IS_GLOBAL is not
+    trusted: Intel MPI 2021 sets it, yet its MPI_Wtime (the TSC) starts at each
+    process's own origin, milliseconds apart on one node.
     """
-    if comm.Get_attr(MPI.WTIME_IS_GLOBAL):
-        return 0.0
     rank, n = comm.Get_rank(), comm.Get_size()
     found = [0.0] * n
     for peer in range(1, n):

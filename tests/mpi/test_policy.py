@@ -108,7 +108,7 @@ def test_predict_learns_a_persistent_straggler_without_waiting(comm):
         for it in range(12):
             c.Barrier()
             if c.Get_rank() == slow:
-                time.sleep(0.01)
+                time.sleep(0.05)     # outlasts a rank descheduled under load
             send = fill(c.Get_rank(), it, 5 * n)
             recv = np.zeros_like(send)
             Allreduce(c, send, recv, algorithm="stragglar", straggler="predict")

@@ -29,7 +29,7 @@ def test_the_late_rank_is_reported_last_and_late(comm):
         for it in range(calls):
             c.Barrier()
             if c.Get_rank() == late:
-                time.sleep(0.02)
+                time.sleep(0.05)
             send = np.full(64, float(c.Get_rank()))
             recv = np.zeros(64)
             Allreduce(c, send, recv, algorithm="stragglar", straggler="arrival")
