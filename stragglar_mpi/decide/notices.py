@@ -227,7 +227,11 @@ class NoticeTable:
         return self._sent.get(seq, 0)
 
     def _send(self, buf, tag, peers):
-        self._sends += [(self.comm.Isend(buf, r, tag), buf) for r in peers]
+        sends = [(self.comm.Isend(buf, r, tag), buf) for r in peers]
+        # One turn of progress now: an MPI may only queue an Isend until the next progress
+        # call, and a rank held up right after (descheduled) would deliver it late.
+        MPI.Request.Testall([req for req, _ in sends])
+        self._sends += sends
         self._sent[self.seq] = self._sent.get(self.seq, 0) + len(peers)
         self.sent_total += len(peers)
 
