@@ -1,4 +1,5 @@
-"""Build the Cython transport against the MPI that mpi4py uses.
+"""Build the Cython transport against the MPI that mpi4py uses (and the schedule's
+compiled greedy round, which needs no MPI).
 
 The compiler wrapper is $MPICC when set (a cluster's own MPI), otherwise the
 `mpicc` of the `mpich` wheel from PyPI (the embedded default).  We only ask the
@@ -52,6 +53,9 @@ def extensions(flags):
     exts = [Extension(f"stragglar_mpi.{name}", [f"cython_src/{name.split('.')[1]}.pyx"],
                       depends=["cython_src/mpi_compat.h"], **flags)
             for name in ("run._interpreter", "call._entry")]
+    # The schedule's greedy round (plain C, no MPI): a pure-Python twin stays in greedy.py.
+    exts.append(Extension("stragglar_mpi.schedule._greedy", ["cython_src/_greedy.pyx"],
+                          extra_compile_args=["-O3"]))
     return cythonize(exts, compiler_directives={"language_level": 3}, quiet=True)
 
 

@@ -9,7 +9,8 @@ ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "stragglar_mpi"
 CYTHON = ROOT / "cython_src"
 #: The module each Cython source builds (setup.py): one file per room it serves.
-CYTHON_MODULES = {"_interpreter": "stragglar_mpi.run._interpreter", "_entry": "stragglar_mpi.call._entry"}
+CYTHON_MODULES = {"_interpreter": "stragglar_mpi.run._interpreter", "_entry": "stragglar_mpi.call._entry",
+                  "_greedy": "stragglar_mpi.schedule._greedy"}
 
 
 def module_name(path, root=ROOT):
