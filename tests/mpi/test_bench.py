@@ -5,6 +5,7 @@ import shutil
 import tempfile
 
 import pytest
+from mpi4py import MPI
 
 from stragglar_mpi.bench import _cli, main
 
@@ -109,7 +110,9 @@ def test_native_compositions_and_hring_side_by_side(comm, json_path):
     """native-comp1/-comp4 (MPICH's SMP-aware compositions set through MPI_T for their call
     only) and hring in one run; refused with the reason where the MPI lacks the variable."""
     from stragglar_mpi.bench import _cvar
+    level = MPI.Query_thread()
     why = _cvar.problem("native-comp1")
+    assert MPI.Query_thread() == level        # MPI_T left the MPI's thread level as it was
     if comm.Get_size() < 2:
         pytest.skip("the benchmark needs 2 ranks")
     argv = ["-n", "2", "-w", "0", "--alpha", "5", "--bandwidth", "5", "--json", json_path, "-q",
@@ -125,6 +128,7 @@ def test_native_compositions_and_hring_side_by_side(comm, json_path):
     with _cvar.setting("native-comp4"):
         assert _cvar.Cvar.open(_cvar.COMPOSITION).read() == 4
     assert _cvar.Cvar.open(_cvar.COMPOSITION).read() == before
+    assert MPI.Query_thread() == level        # MPI_T left the MPI's thread level as it was
     if comm.Get_rank() != 0:
         return
     with open(json_path) as f:
