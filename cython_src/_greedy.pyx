@@ -182,33 +182,28 @@ cdef class Greedy:
 
     cdef int _free_holders(self, int c, int64_t h, int64_t *xs):
         """The free holders of chunk ``c`` (all ``h`` on its list) in sender order."""
-        cdef int q, nx = 0
-        cdef int64_t x
-        cdef int64_t *spare = &self.spare[0]
-        for q in range(h):
-            x = self.few[c, q]
-            if self.free_s[x]:
-                spare[nx] = self.pos_s[x]
-                nx += 1
-        _sort(spare, nx)
-        for q in range(nx):
-            xs[q] = self.order_s[spare[q]]
-        return nx
+        return self._free_in_order(self.few[c], h, self.free_s, self.pos_s, self.order_s, xs)
 
     cdef int _free_lacking(self, int c, int64_t lack, int64_t *ys):
         """The free ranks lacking chunk ``c`` (all ``lack`` on its list) in receiver order."""
-        cdef int q, ny = 0
-        cdef int64_t y
+        return self._free_in_order(self.lacking[c], lack, self.free_r, self.pos_r, self.order_r, ys)
+
+    cdef int _free_in_order(self, int32_t[::1] ranks, int64_t count, uint8_t[::1] free,
+                            int64_t[::1] pos, int64_t[::1] order, int64_t *out):
+        """The free ones of the first ``count`` ``ranks``, in the order ``order`` (``pos``
+        is each rank's place in it)."""
+        cdef int q, k = 0
+        cdef int64_t r
         cdef int64_t *spare = &self.spare[0]
-        for q in range(lack):
-            y = self.lacking[c, q]
-            if self.free_r[y]:
-                spare[ny] = self.pos_r[y]
-                ny += 1
-        _sort(spare, ny)
-        for q in range(ny):
-            ys[q] = self.order_r[spare[q]]
-        return ny
+        for q in range(count):
+            r = ranks[q]
+            if free[r]:
+                spare[k] = pos[r]
+                k += 1
+        _sort(spare, k)
+        for q in range(k):
+            out[q] = order[spare[q]]
+        return k
 
     cdef void _order(self, int skip, int64_t[::1] shuffled, int64_t[::1] key, int64_t[::1] out):
         """Counting sort of ``shuffled`` (less ``skip``) by ``key``: stable, O(m)."""
