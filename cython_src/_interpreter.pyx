@@ -1,6 +1,13 @@
 # cython: language_level=3, boundscheck=False, wraparound=False
-"""Compiled transport: runs a per-rank plan (see stragglar_mpi/run/plan.py) with raw
-MPI calls, the GIL released, and a test-and-yield progress loop.
+"""The interpreter: one resumable machine for every plan, and the progress thread's loop.
+
+A ``Machine`` is one rank's plan (see stragglar_mpi/run/plan.py) in progress: its
+``poll`` completes the round's messages if they are in, runs the round's local rows,
+posts the next round's messages, and returns without waiting.  Blocking calls poll it
+to the end in the caller's thread (``run``: test and yield, the GIL released); the
+progress thread (``serve``) polls the machines and waits of every operation in flight
+without the GIL.  A ``Waiting`` is the other kind of step: requests that the code
+that waited completes afterwards (arrival messages, a native collective), or a time.
 
 Local rows run on the host with the typed loops below, or for another memory
 (device buffers: stragglar_mpi/memory/device.py) through that backend's table of local
@@ -10,17 +17,18 @@ the next round's messages are posted.
 Plan rows are int64: (kind, round, peer, buf, offset, count, buf2, offset2).
 Offsets are in bytes, counts in elements of the call's datatype.  Counts are
 MPI_Count; mpi_compat.h makes the large-count calls work on MPI-3.1 libraries too.
+Round r's messages carry tag ``tag0 + r % tags``: an operation's tags (core/tags.py).
 """
 from mpi4py cimport MPI
 from mpi4py.libmpi cimport (
     MPI_Comm, MPI_Datatype, MPI_Op, MPI_Request, MPI_Count, MPI_Aint, MPI_Status,
     MPI_SUCCESS, MPI_REQUEST_NULL, MPI_STATUSES_IGNORE, MPI_ERR_IN_STATUS, MPI_ERR_PENDING,
     MPI_Testall, MPI_Test, MPI_Cancel, MPI_Request_free, MPI_STATUS_IGNORE,
-    MPI_Type_get_extent, MPI_BYTE, MPI_Wtime, MPI_Get_elements_x,
+    MPI_Type_get_extent, MPI_BYTE, MPI_Wtime, MPI_Get_elements_x, MPI_Request_get_status,
 )
 from libc.string cimport memcpy
 from libc.stdint cimport int32_t, int64_t, uintptr_t
-from libc.stdlib cimport malloc, free
+from libc.stdlib cimport malloc, realloc, free
 from cpython.object cimport PyObject
 
 cdef extern from "sched.h" nogil:
@@ -56,13 +64,25 @@ cdef enum:
     SEND = 1
     REDUCE = 2
     COPY = 3
-    TAG_MOD = 32767       # a round's tag: round % TAG_MOD (core/tags.py ROUND_TAGS)
+    TAG_MOD = 32767       # tags of a plan by default: round % TAG_MOD (core/tags.py)
 
 
 cdef enum:
     TIMED_OUT = -1
     WRONG_SIZE = -2     # a receive completed with another size than the plan's
     LOCAL_FAILED = -3   # the memory backend's local operation raised (kept in its .error)
+    AGAIN = -4          # messages still in flight: poll again
+
+cdef enum:
+    # What a step's poll returns (also Machine.poll / Waiting.poll).
+    PENDING = 0
+    FINISHED = 1
+    FAILED = 2          # a Machine failed (result() raises); a Waiting ran out of time
+
+cdef enum:
+    IDLE_SPINS = 2000        # empty passes of serve() before it naps between them
+    IDLE_NAP_NS = 50000      # 50 us
+
 
 
 cdef inline int _complete(MPI_Request *reqs, int n, double deadline,
@@ -138,17 +158,20 @@ cdef struct Posted:
     int n
     int cap
     double first      # MPI_Wtime when the first round of requests completed, or -1
-    double deadline
     int bad           # the request whose status is wrong (after WRONG_SIZE or an error), or -1
     int64_t got       # elements it brought (WRONG_SIZE), or -1
     int64_t round     # the round being completed
 
 
 cdef inline int _settle(Posted *p, MPI_Datatype dtype) noexcept nogil:
-    cdef int ierr
+    """One test of what is posted: MPI_SUCCESS once all of it is complete (and right),
+    AGAIN while some is still in flight, else the error."""
+    cdef int ierr, flag = 0
     if p.n == 0:
         return MPI_SUCCESS
-    ierr = _complete(p.reqs, p.n, p.deadline, p.statuses)
+    ierr = MPI_Testall(p.n, p.reqs, &flag, p.statuses)
+    if ierr == MPI_SUCCESS and not flag:
+        return AGAIN
     if ierr == MPI_ERR_IN_STATUS:
         ierr = _status_error(p)
     elif ierr == MPI_SUCCESS:
@@ -205,110 +228,196 @@ cdef int _local(PyObject *local, int64_t kind, char *a, char *b, int64_t count,
     return MPI_SUCCESS
 
 
-cdef int _run(const int64_t[:, ::1] plan, char **bufs, MPI_Comm comm,
-              MPI_Datatype dtype, MPI_Op op, MPI_Aint extent, Posted *p, int loop,
-              PyObject *local, PyObject *rounds) noexcept nogil:
-    # ``local``: NULL for host memory (the loops below), else the backend's table;
-    # ``rounds``: NULL, or told when each round starts (after the previous one is complete).
-    cdef Py_ssize_t i
+cdef struct Run:
+    # One rank's plan in progress: what ``_advance`` needs, without the GIL.
+    const int64_t *rows       # (nrows, 8), C order
+    Py_ssize_t nrows
+    Py_ssize_t row            # the next row to do
+    char *bufs[3]
+    MPI_Comm comm
+    MPI_Datatype dtype
+    MPI_Op op
+    MPI_Aint extent
+    int loop
+    PyObject *local           # NULL: host loops; else the backend's table (called with the GIL)
+    PyObject *rounds          # NULL, or told when each round starts
+    int tag0                  # round r sends with tag tag0 + r % tags
+    int tags
+    int64_t rnd               # the round started last (-1: none)
+    bint queued               # local work of the backend not yet synchronised
+    double deadline
+    int status                # PENDING, FINISHED, FAILED
+    int ierr                  # why it FAILED
+    Posted p
+
+
+cdef int _row(Run *m, Py_ssize_t i) noexcept nogil:
+    """Row ``i``: a round starts, and local work begins, only once this rank's messages
+    are complete (AGAIN until then, nothing of the row done)."""
+    cdef const int64_t *row = m.rows + 8 * i
+    cdef int64_t kind = row[0], rnd = row[1]
+    cdef char *a = m.bufs[row[3]] + row[4]
     cdef int ierr = MPI_SUCCESS
-    cdef int64_t kind, rnd = -1
-    cdef bint queued = False     # local work of the backend not yet synchronised
-    cdef char *a
-    for i in range(plan.shape[0]):
-        kind = plan[i, 0]
-        a = bufs[plan[i, 3]] + plan[i, 4]
-        if plan[i, 1] != rnd or kind == REDUCE or kind == COPY:
-            # A round starts, and local work begins, only when this rank's messages are done.
-            ierr = _settle(p, dtype)
-            if ierr == MPI_SUCCESS and queued and plan[i, 1] != rnd:
-                # The round's sends may read, and its receives overwrite, what the queue touches.
-                ierr = _local(local, -1, NULL, NULL, 0, extent)
-                queued = False
-            if ierr == MPI_SUCCESS and rounds != NULL and plan[i, 1] != rnd:
-                ierr = _local(rounds, -2, NULL, NULL, plan[i, 1], extent)
-            rnd = plan[i, 1]
-            if ierr == MPI_SUCCESS:
-                p.round = rnd
-        if ierr == MPI_SUCCESS and kind == RECV:
-            p.peers[p.n] = <int>plan[i, 2]
-            p.counts[p.n] = plan[i, 5]
-            ierr = smpi_irecv(a, <MPI_Count>plan[i, 5], dtype, <int>plan[i, 2],
-                               <int>(rnd % TAG_MOD), comm, &p.reqs[p.n])
-            p.n += 1
-        elif ierr == MPI_SUCCESS and kind == SEND:
-            p.peers[p.n] = <int>plan[i, 2]
-            p.counts[p.n] = -1
-            ierr = smpi_isend(a, <MPI_Count>plan[i, 5], dtype, <int>plan[i, 2],
-                               <int>(rnd % TAG_MOD), comm, &p.reqs[p.n])
-            p.n += 1
-        elif ierr == MPI_SUCCESS and local != NULL:
-            ierr = _local(local, kind, a, bufs[plan[i, 6]] + plan[i, 7], plan[i, 5], extent)
-            queued = True
-        elif ierr == MPI_SUCCESS and kind == REDUCE:
-            ierr = _reduce(a, bufs[plan[i, 6]] + plan[i, 7], plan[i, 5], loop, dtype, op)
-        elif ierr == MPI_SUCCESS:
-            memcpy(bufs[plan[i, 6]] + plan[i, 7], a, <size_t>(plan[i, 5] * extent))
+    if rnd != m.rnd or kind == REDUCE or kind == COPY:
+        ierr = _settle(&m.p, m.dtype)
         if ierr != MPI_SUCCESS:
             return ierr
-    ierr = _settle(p, dtype)
-    if ierr == MPI_SUCCESS and queued:
-        ierr = _local(local, -1, NULL, NULL, 0, extent)
+        if m.queued and rnd != m.rnd:
+            # The round's sends may read, and its receives overwrite, what the queue touches.
+            ierr = _local(m.local, -1, NULL, NULL, 0, m.extent)
+            m.queued = False
+        if ierr == MPI_SUCCESS and m.rounds != NULL and rnd != m.rnd:
+            ierr = _local(m.rounds, -2, NULL, NULL, rnd, m.extent)
+        if ierr != MPI_SUCCESS:
+            return ierr
+        m.rnd = rnd
+        m.p.round = rnd
+    if kind == RECV or kind == SEND:
+        m.p.peers[m.p.n] = <int>row[2]
+        m.p.counts[m.p.n] = row[5] if kind == RECV else -1
+        if kind == RECV:
+            ierr = smpi_irecv(a, <MPI_Count>row[5], m.dtype, <int>row[2],
+                              m.tag0 + <int>(rnd % m.tags), m.comm, &m.p.reqs[m.p.n])
+        else:
+            ierr = smpi_isend(a, <MPI_Count>row[5], m.dtype, <int>row[2],
+                              m.tag0 + <int>(rnd % m.tags), m.comm, &m.p.reqs[m.p.n])
+        m.p.n += 1
+    elif m.local != NULL:
+        ierr = _local(m.local, kind, a, m.bufs[row[6]] + row[7], row[5], m.extent)
+        m.queued = True
+    elif kind == REDUCE:
+        ierr = _reduce(a, m.bufs[row[6]] + row[7], row[5], m.loop, m.dtype, m.op)
+    else:
+        memcpy(m.bufs[row[6]] + row[7], a, <size_t>(row[5] * m.extent))
     return ierr
+
+
+cdef int _advance(Run *m) noexcept nogil:
+    """Everything of the plan that can be done now: MPI_SUCCESS at its end, AGAIN while
+    messages are in flight, else the error."""
+    cdef int ierr
+    while m.row < m.nrows:
+        ierr = _row(m, m.row)
+        if ierr != MPI_SUCCESS:
+            return ierr
+        m.row += 1
+    ierr = _settle(&m.p, m.dtype)
+    if ierr == MPI_SUCCESS and m.queued:
+        ierr = _local(m.local, -1, NULL, NULL, 0, m.extent)
+        m.queued = False
+    return ierr
+
+
+cdef int _poll_run(Run *m) noexcept nogil:
+    """One step of the machine (see Machine.poll)."""
+    cdef int ierr
+    if m.status != PENDING:
+        return m.status
+    ierr = _advance(m)
+    if ierr == AGAIN:
+        if m.deadline > 0 and MPI_Wtime() > m.deadline:
+            ierr = TIMED_OUT
+        else:
+            return PENDING
+    if ierr == MPI_SUCCESS:
+        m.status = FINISHED
+    else:
+        _abandon(m.p.reqs, m.p.n)
+        m.ierr, m.status = ierr, FAILED
+    return m.status
+
+
+cdef class Machine:
+    """One rank's plan as a resumable state machine: ``poll`` does what can be done now
+    (completes the round's messages if they are in, runs its local rows, posts the next
+    round's) and returns; ``run`` polls it to the end in this thread.  The interpreter
+    knows nothing of the algorithm: plan rows, buffers, a communicator, tags."""
+    cdef Run m
+    cdef object _keep          # the plan, the communicator, datatype, op, backends: alive while it runs
+
+    def __cinit__(self, const int64_t[:, ::1] rows, tuple addresses, MPI.Comm comm,
+                  MPI.Datatype dtype, MPI.Op op, int maxreq, int loop=0, double deadline=0.0,
+                  object local=None, object rounds=None, int tag0=0, int tags=TAG_MOD):
+        cdef int k
+        cdef MPI_Aint lb = 0
+        cdef int cap = max(maxreq, 1)
+        if rows.shape[0] and maxreq < 1:
+            raise ValueError("maxreq must be positive")
+        if rows.shape[0] and rows.shape[1] != 8:
+            raise ValueError("plan rows have 8 columns")
+        if tags < 1:
+            raise ValueError("tags must be positive")
+        self._keep = (rows, comm, dtype, op, local, rounds)
+        self.m.rows = &rows[0, 0] if rows.shape[0] else NULL
+        self.m.nrows, self.m.row = rows.shape[0], 0
+        for k in range(3):
+            self.m.bufs[k] = <char *><uintptr_t>addresses[k]
+        self.m.comm, self.m.dtype, self.m.op = comm.ob_mpi, dtype.ob_mpi, op.ob_mpi
+        MPI_Type_get_extent(dtype.ob_mpi, &lb, &self.m.extent)
+        self.m.loop, self.m.deadline = loop, deadline
+        self.m.local = NULL if local is None else <PyObject *>local
+        self.m.rounds = NULL if rounds is None else <PyObject *>rounds
+        self.m.tag0, self.m.tags = tag0, tags
+        self.m.rnd, self.m.queued = -1, False
+        self.m.status, self.m.ierr = PENDING, MPI_SUCCESS
+        self.m.p.reqs = <MPI_Request *>malloc(cap * sizeof(MPI_Request))
+        self.m.p.statuses = <MPI_Status *>malloc(cap * sizeof(MPI_Status))
+        self.m.p.peers = <int *>malloc(cap * sizeof(int))
+        self.m.p.counts = <int64_t *>malloc(cap * sizeof(int64_t))
+        self.m.p.n, self.m.p.cap, self.m.p.first = 0, cap, -1.0
+        self.m.p.bad, self.m.p.got, self.m.p.round = -1, -1, -1
+        if (self.m.p.reqs == NULL or self.m.p.statuses == NULL or self.m.p.peers == NULL
+                or self.m.p.counts == NULL):
+            raise MemoryError()
+
+    def __dealloc__(self):
+        free(self.m.p.reqs)
+        free(self.m.p.statuses)
+        free(self.m.p.peers)
+        free(self.m.p.counts)
+
+    def poll(self):
+        """PENDING (0) while messages are in flight, FINISHED (1), FAILED (2); past the
+        deadline the outstanding requests are cancelled and it FAILED."""
+        cdef int code
+        with nogil:
+            code = _poll_run(&self.m)
+        return code
+
+    def run(self):
+        """Poll to the end in this thread, testing and yielding (never a blocking spin);
+        returns what ``result`` returns."""
+        with nogil:
+            while _poll_run(&self.m) == PENDING:
+                sched_yield()
+        return self.result()
+
+    def result(self):
+        """The MPI_Wtime at which the first messages completed (or None) once FINISHED;
+        raises the failure once FAILED: ``Pending(peers)`` past the deadline, ``Mismatch``
+        for a message of the wrong size, the backend's error, else ``MPI.Exception``."""
+        if self.m.status == PENDING:
+            raise RuntimeError("stragglar_mpi: the plan has not finished")
+        if self.m.status == FAILED:
+            self._raise()
+        return self.m.p.first if self.m.p.first >= 0 else None
+
+    cdef _raise(self):
+        local, rounds = self._keep[4], self._keep[5]
+        if self.m.ierr == LOCAL_FAILED or local is not None:
+            _drain(local)
+        if self.m.ierr == LOCAL_FAILED:
+            failed = getattr(rounds, "error", None)
+            raise failed if failed is not None else local.error
+        _raise(&self.m.p, self.m.ierr, self._keep[2])
 
 
 def execute(const int64_t[:, ::1] plan, tuple addresses, MPI.Comm comm,
             MPI.Datatype dtype, MPI.Op op, int maxreq, int loop=0, double deadline=0.0,
-            object local=None, object rounds=None):
-    """Run ``plan`` on the buffers at ``addresses`` (input, output, scratch).
-
-    ``loop`` selects a typed reduction loop (see ``loop_id``); 0 uses MPI_Reduce_local.
-    ``local``: None for host memory, else the memory backend's local operations
-    (``reduce(a, b, count)``, ``copy(a, b, nbytes)``, ``sync()``, ``error``; _device.Local).
-    ``rounds``: None, or an object whose ``begin(round)`` runs before each round's
-    messages are posted (``error`` as for ``local``; _staged.Staging).
-    ``deadline``: an MPI_Wtime after which waiting stops; the outstanding
-    requests are cancelled and ``Pending(round, peers)`` is raised.
-    Returns the MPI_Wtime at which the first receives completed, or None.
-    """
-    cdef char *bufs[3]
-    cdef int k, ierr
-    cdef MPI_Aint lb = 0, extent = 0
-    cdef Posted p
-    for k in range(3):
-        bufs[k] = <char *><uintptr_t>addresses[k]
-    MPI_Type_get_extent(dtype.ob_mpi, &lb, &extent)
-    if plan.shape[0] and maxreq < 1:
-        raise ValueError("maxreq must be positive")
-    cdef int cap = max(maxreq, 1)
-    cdef PyObject *table = NULL if local is None else <PyObject *>local
-    cdef PyObject *hook = NULL if rounds is None else <PyObject *>rounds
-    p.reqs = <MPI_Request *>malloc(cap * sizeof(MPI_Request))
-    p.statuses = <MPI_Status *>malloc(cap * sizeof(MPI_Status))
-    p.peers = <int *>malloc(cap * sizeof(int))
-    p.counts = <int64_t *>malloc(cap * sizeof(int64_t))
-    p.n, p.cap, p.first, p.deadline = 0, maxreq, -1.0, deadline
-    p.bad, p.got, p.round = -1, -1, -1
-    try:
-        if p.reqs == NULL or p.statuses == NULL or p.peers == NULL or p.counts == NULL:
-            raise MemoryError()
-        with nogil:
-            ierr = _run(plan, bufs, comm.ob_mpi, dtype.ob_mpi, op.ob_mpi, extent, &p, loop, table, hook)
-            if ierr != MPI_SUCCESS:
-                _abandon(p.reqs, p.n)
-        if ierr == LOCAL_FAILED:
-            _drain(local)
-            failed = getattr(rounds, "error", None)
-            raise failed if failed is not None else local.error
-        if ierr != MPI_SUCCESS:
-            _drain(local)
-            _raise(&p, ierr, dtype)
-    finally:
-        free(p.reqs)
-        free(p.statuses)
-        free(p.peers)
-        free(p.counts)
-    return p.first if p.first >= 0 else None
+            object local=None, object rounds=None, int tag0=0, int tags=TAG_MOD):
+    """Run ``plan`` to the end in this thread (``Machine(...).run()``); see Machine."""
+    return Machine(plan, addresses, comm, dtype, op, maxreq, loop, deadline, local, rounds,
+                   tag0, tags).run()
 
 
 cdef _drain(object local):
@@ -332,6 +441,163 @@ cdef _raise(Posted *p, int ierr, MPI.Datatype dtype):
         raise _MPI.Exception(ierr)
     raise Mismatch(size_message(peer, p.round, want, p.got if ierr == WRONG_SIZE else -1,
                                 dtype, None if ierr == WRONG_SIZE else ierr))
+
+
+cdef struct Watch:
+    # A wait for requests that someone else completes afterwards (MPI_Request_get_status
+    # tests without freeing them): the arrival messages, a native collective, a timer.
+    MPI_Request *reqs
+    int n
+    int need          # how many must have completed: n (all) or 1 (any)
+    double until      # MPI_Wtime after which the wait is over unmet (0: never)
+    int status
+
+
+cdef int _poll_watch(Watch *w) noexcept nogil:
+    cdef int i, flag, done = 0
+    if w.status != PENDING:
+        return w.status
+    for i in range(w.n):
+        flag = 0
+        if MPI_Request_get_status(w.reqs[i], &flag, MPI_STATUS_IGNORE) != MPI_SUCCESS or flag:
+            done += 1       # an error completes it too: whoever completes it sees the error
+            if done >= w.need:
+                w.status = FINISHED
+                return FINISHED
+    if w.until > 0 and MPI_Wtime() > w.until:
+        w.status = FAILED
+    return w.status
+
+
+cdef class Waiting:
+    """A wait for mpi4py requests (all of them, or any one) or a time, polled without the
+    GIL; it completes nothing: the code that waited then completes them (Test, Wait)."""
+    cdef Watch w
+    cdef object _keep
+
+    def __cinit__(self, requests, double until=0.0, bint any=False):
+        cdef int i
+        reqs = list(requests)
+        self._keep = reqs
+        self.w.n = len(reqs)
+        self.w.need = 1 if (any and self.w.n) else self.w.n
+        self.w.until, self.w.status = until, PENDING
+        self.w.reqs = <MPI_Request *>malloc(max(self.w.n, 1) * sizeof(MPI_Request))
+        if self.w.reqs == NULL:
+            raise MemoryError()
+        for i in range(self.w.n):
+            self.w.reqs[i] = (<MPI.Request?>reqs[i]).ob_mpi
+        if self.w.n == 0 and until <= 0:
+            self.w.status = FINISHED          # nothing to wait for
+
+    def __dealloc__(self):
+        free(self.w.reqs)
+
+    def poll(self):
+        cdef int code
+        with nogil:
+            code = _poll_watch(&self.w)
+        return code
+
+    def run(self):
+        """Poll to the end in this thread (test and yield); returns ``result()``."""
+        with nogil:
+            while _poll_watch(&self.w) == PENDING:
+                sched_yield()
+        return self.result()
+
+    def result(self):
+        """True when the requests completed, False when the time ran out first."""
+        return self.w.status == FINISHED
+
+
+# --- the progress thread ------------------------------------------------------------------
+
+cdef int _woken = 0       # set by wake(): the engine has new work for serve()
+
+cdef extern from *:
+    """
+    static int smpi_load(int *p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
+    static void smpi_store(int *p, int v) { __atomic_store_n(p, v, __ATOMIC_RELEASE); }
+    """
+    int smpi_load(int *p) nogil
+    void smpi_store(int *p, int v) nogil
+
+cdef extern from "time.h" nogil:
+    struct timespec:
+        long tv_sec
+        long tv_nsec
+    int nanosleep(const timespec *, timespec *)
+
+
+def wake():
+    """New work for the progress thread: ``serve`` leaves its polling loop and asks again."""
+    smpi_store(&_woken, 1)
+
+
+cdef inline int _poll(void *step, bint machine) noexcept nogil:
+    return _poll_run(<Run *>step) if machine else _poll_watch(<Watch *>step)
+
+
+cdef void _rest(long idle) noexcept nogil:
+    # Nothing was ready: give the core away.  Past IDLE_SPINS empty passes (an operation
+    # that waits for a late rank) sleep a little each time, so that a waiting thread does
+    # not take a core from the caller's compute on a full node.
+    cdef timespec nap
+    if idle < IDLE_SPINS:
+        sched_yield()
+    else:
+        nap.tv_sec, nap.tv_nsec = 0, IDLE_NAP_NS
+        nanosleep(&nap, NULL)
+
+
+def serve(engine):
+    """The progress thread's loop.  ``engine.runnable()`` returns the operations to
+    advance (each with a ``step``: a Machine or a Waiting), blocking while there are
+    none, or None to stop; ``engine.resume(done)`` takes the ones whose step is over.
+    The steps are polled here without the GIL; it is taken only to resume operations."""
+    cdef Py_ssize_t n, k, cap = 0
+    cdef void **steps = NULL
+    cdef int *machine = NULL
+    cdef int *codes = NULL
+    cdef bint hit
+    cdef long idle
+    try:
+        while True:
+            ops = engine.runnable()
+            if ops is None:
+                return
+            n = len(ops)
+            if n > cap:
+                cap = 2 * n
+                steps = <void **>realloc(steps, cap * sizeof(void *))
+                machine = <int *>realloc(machine, cap * sizeof(int))
+                codes = <int *>realloc(codes, cap * sizeof(int))
+                if steps == NULL or machine == NULL or codes == NULL:
+                    raise MemoryError()
+            for k in range(n):
+                step = ops[k].step
+                if isinstance(step, Machine):
+                    steps[k], machine[k] = <void *>&(<Machine>step).m, 1
+                else:
+                    steps[k], machine[k] = <void *>&(<Waiting?>step).w, 0
+            smpi_store(&_woken, 0)
+            idle = 0
+            with nogil:
+                while True:
+                    hit = False
+                    for k in range(n):
+                        codes[k] = _poll(steps[k], machine[k])
+                        hit = hit or codes[k] != PENDING
+                    if hit or smpi_load(&_woken):
+                        break
+                    idle += 1
+                    _rest(idle)
+            engine.resume([ops[k] for k in range(n) if codes[k] != PENDING])
+    finally:
+        free(steps)
+        free(machine)
+        free(codes)
 
 
 def ping(MPI.Comm comm, int peer, int nbytes, int tag=0):
