@@ -564,10 +564,13 @@ def serve(engine):
     cdef long idle
     try:
         while True:
+            smpi_store(&_woken, 0)        # a wake from here on is seen by the loop below
             ops = engine.runnable()
             if ops is None:
                 return
             n = len(ops)
+            if n == 0:
+                continue
             if n > cap:
                 cap = 2 * n
                 steps = <void **>realloc(steps, cap * sizeof(void *))
@@ -581,7 +584,6 @@ def serve(engine):
                     steps[k], machine[k] = <void *>&(<Machine>step).m, 1
                 else:
                     steps[k], machine[k] = <void *>&(<Waiting?>step).w, 0
-            smpi_store(&_woken, 0)
             idle = 0
             with nogil:
                 while True:

@@ -6,6 +6,11 @@
 - decide: algorithm and straggler, the same on every rank (decide/roles.py);
 - run: phase 1 and the rank's plan in the call's memory (run/execute.py);
 - record: counters and the last call (call/record.py), the straggler report's log.
+
+The path after bind is one generator, ``steps``: a blocking call drives it in the
+caller's thread (core/steps.py ``drive``); a nonblocking one hands it to the progress
+thread (call/requests.py).  ``seq`` is the sequence the call runs in (core/state.py):
+the communicator's state for blocking calls, a lane for nonblocking ones.
 """
 from __future__ import annotations
 
@@ -16,7 +21,8 @@ from ..bind.validate import same_everywhere
 from ..core import config as _config
 from ..core.errors import Mismatch, Pending, StragglerTimeout
 from ..core.lifetime import PROCESS
-from ..core.state import KEYVAL, peek, setup_state
+from ..core.state import KEYVAL, Turn, begin_setup, peek, setup_state
+from ..core.steps import drive
 from ..decide import roles as _roles
 from ..memory.buffers import Message
 from ..run import hierarchical as _hierarchical
@@ -57,32 +63,43 @@ def state_of(comm, deadline=0.0):
     return setup_state(comm, deadline, _entry.Bindings if _entry else None, _roles.setup)
 
 
+def begin_state(comm, deadline=0.0, blocking=False):
+    """The state for a nonblocking call: ``state_of``, but a new one's setup is started
+    at the call and finished by a thread of its own (core/state.py ``begin_setup``)."""
+    return begin_setup(comm, deadline, _entry.Bindings if _entry else None, _roles.setup, blocking)
+
+
 def _call(comm, sendbuf, recvbuf, op, straggler, algorithm):
     """A call checked in full (a miss of the compiled entry); returns its Args when a
     repeat of it may reuse them, else None."""
-    settings, t_call, deadline = _clock()
+    settings, t_call, deadline = clock()
     try:
         if not _supported(comm):
             _plain(comm, sendbuf, recvbuf, op)
             return None
         checked = lambda: check(comm, sendbuf, recvbuf, op, straggler, algorithm, settings)  # noqa: E731
-        args = same_everywhere(state_of(comm, deadline), checked, deadline) if settings.validate else checked()
-        _run(comm, state_of(comm, deadline), args, settings, t_call, deadline)
+        if settings.validate:
+            state = state_of(comm, deadline)
+            args = drive(same_everywhere(state, checked, deadline, Turn(state.turns)))
+        else:
+            args = checked()
+        state = state_of(comm, deadline)
+        drive(steps(comm, state, args, settings, t_call, deadline, Turn(state.turns)))
     except (Pending, Mismatch) as exc:
-        raise _failed(peek(comm), exc, settings.timeout) from None
+        raise drive(failed(peek(comm), exc, settings.timeout)) from None
     return None if settings.validate else args
 
 
 def _run_bound(comm, state, args):
     """A repeat whose decision is not a native call from C (the compiled entry bound it)."""
-    settings, t_call, deadline = _clock()
+    settings, t_call, deadline = clock()
     try:
-        _run(comm, state, args, settings, t_call, deadline)
+        drive(steps(comm, state, args, settings, t_call, deadline, Turn(state.turns)))
     except (Pending, Mismatch) as exc:
-        raise _failed(state, exc, settings.timeout) from None
+        raise drive(failed(state, exc, settings.timeout)) from None
 
 
-def _clock():
+def clock():
     """(settings, the call's start, its deadline or 0.0)."""
     t_call = MPI.Wtime()
     settings = _config.current()
@@ -99,55 +116,64 @@ def _plain(comm, sendbuf, recvbuf, op):
     MPI.Comm.Allreduce(comm, MPI.IN_PLACE if sendbuf is None else sendbuf, recvbuf, op)
 
 
-def _run(comm, state, args, settings, t_call, deadline):
-    if state.broken:
-        raise RuntimeError(f"stragglar_mpi: this communicator is unusable after: {state.broken}")
-    name, straggler, seq = _decide(state, args, deadline)
-    if name == "hierarchical" and args.route == "device":
-        # Its phase 1 folds with MPI_Reduce_local in host scratch: device pointers are
-        # staged, so that every rank runs the same algorithm whatever its memory.
-        args = args.via("staged")
-    transport = None if name == "native" else _transport.name(settings)
-    t_p1, first = execute(comm, state, name, straggler, args, transport, deadline)
-    tracked = state.tracked_seq != seq
-    sent = _roles.settle(state, deadline) if tracked else 0   # the record: every rank's time
+def steps(comm, seq, args, settings, t_call, deadline, turn):
+    """Generator: the call after bind, in the sequence ``seq``: decide, run, record.
+    ``turn``: its place among the collectives on the private duplicate."""
+    if seq.broken:
+        raise RuntimeError(f"stragglar_mpi: this communicator is unusable after: {seq.broken}")
+    try:
+        name, straggler, tracked = yield from _decide(seq, args, deadline)
+        if name == "hierarchical" and args.route == "device":
+            # Its phase 1 folds with MPI_Reduce_local in host scratch: device pointers are
+            # staged, so that every rank runs the same algorithm whatever its memory.
+            args = args.via("staged")
+        transport = None if name == "native" else _transport.name(settings)
+        t_p1, first = yield from execute(comm, seq, name, straggler, args, transport, deadline, turn)
+    finally:
+        turn.release()
+    sent = (yield from _roles.settle(seq, deadline)) if tracked else 0   # the record: every rank's time
     t_end = MPI.Wtime()
-    record(state, CallRecord(name, straggler, args.policy, t_call, t_p1 or t_call, first, t_end,
-                             transport, args.route, sent))
-    if tracked:                       # the straggler report keeps what ran
+    record(seq.owner, CallRecord(name, straggler, args.policy, t_call, t_p1 or t_call, first, t_end,
+                                 transport, args.route, sent))
+    if tracked and seq is seq.owner:      # the straggler report keeps the blocking calls
         post = t_end - (first if first is not None else t_call)
-        log_of(state, args.n, comm.Get_name()).ran(state.tracked_seq, name, straggler,
-                                                   args.out.count * args.out.extent, post)
+        log_of(seq, args.n, comm.Get_name()).ran(seq.tracked_seq, name, straggler,
+                                                 args.out.count * args.out.extent, post)
 
 
-def _decide(state, args, deadline):
-    """(algorithm, straggler, the tracked-call number before this call)."""
-    name, straggler, seq = args.name, None, state.tracked_seq
+def _decide(seq, args, deadline):
+    """Generator: (algorithm, straggler, whether the call is tracked)."""
+    name, straggler, before = args.name, None, seq.tracked_seq
     if name != "native" or deadline:
-        name, straggler = _roles.roles(state, name, args.policy, args.out.count * args.out.extent,
-                                       args.n, tracked=bool(deadline), deadline=deadline)
-    if name == "hierarchical" and not _hierarchical.applies(state.topology, straggler):
+        name, straggler = yield from _roles.roles(seq, name, args.policy, args.out.count * args.out.extent,
+                                                  args.n, tracked=bool(deadline), deadline=deadline)
+    if name == "hierarchical" and not _hierarchical.applies(seq.topology, straggler):
         name = "stragglar"     # one node, a rank per node, S alone on its node: flat
-    if name == "hring" and not _hierarchical.hring_applies(state.topology):
+    if name == "hring" and not _hierarchical.hring_applies(seq.topology):
         name = "ring"          # one node or a rank per node: the flat ring
-    return name, straggler, seq
+    return name, straggler, seq.tracked_seq != before
 
 
-def _failed(state, exc, timeout):
-    """The error for a call that cannot complete; marks the communicator's state unusable."""
+def failed(seq, exc, timeout):
+    """Generator: the error for a call that cannot complete; marks the communicator's
+    state unusable."""
+    state = seq.owner if seq is not None else None
     if state is not None and state.bindings is not None:
         state.bindings.clear()      # a broken state is never reached from the compiled entry
     if isinstance(exc, Mismatch):
         if state is not None:
             state.broken = str(exc)
         return exc
-    return _timed_out(state, exc, timeout)
+    return (yield from _timed_out(seq, exc, timeout))
 
 
-def _timed_out(state, pending, timeout):
-    """The StragglerTimeout of a ``Pending`` on this rank."""
+def _timed_out(seq, pending, timeout):
+    """Generator: the StragglerTimeout of a ``Pending`` on this rank."""
     phase = pending.phase or "phase 2 (the round schedule)"
-    missing = list(pending.missing) if pending.missing is not None else state.absent_ranks()
+    if pending.missing is not None or seq is None:
+        missing = list(pending.missing or ())
+    else:
+        missing = yield from seq.absent_ranks_steps()
     if missing:
         who = f"rank(s) {', '.join(map(str, missing))} did not arrive"
     elif pending.peers:
@@ -156,8 +182,9 @@ def _timed_out(state, pending, timeout):
         who = "every rank arrived, so the others may have given up waiting for this one (see their errors)"
     message = (f"stragglar_mpi: Allreduce timed out after {timeout:g} s in {phase}: {who}. "
                "This communicator's library state is now unusable; abort the job (comm.Abort()).")
-    state.broken = message
-    PROCESS.keep(state.scratch(0))
+    if seq is not None:
+        seq.broken = message
+        PROCESS.keep(seq.scratch(0))
     return StragglerTimeout(message, missing=missing, phase=phase, peers=pending.peers)
 
 

@@ -38,10 +38,13 @@ class CallRecord:
 
 
 def record(state, rec: CallRecord):
-    state.calls[rec.algorithm] += 1
-    state.last = rec
-    if state.bindings is not None:
-        state.bindings.last_was_hit = False
+    """Count a call that ended (blocking calls and the progress thread's operations alike)."""
+    with state.lock:
+        state.calls[rec.algorithm] += 1
+        if state.last is None or rec.t_end >= state.last.t_end:
+            state.last = rec
+        if state.bindings is not None:
+            state.bindings.last_was_hit = False
 
 
 def _last_native_hit(bindings):
@@ -51,12 +54,12 @@ def _last_native_hit(bindings):
 
 
 def stats(comm) -> dict:
-    """Per-communicator counters of this rank's blocking calls: ``calls`` (algorithm ->
-    count), ``last`` (the last call) and ``arrival_messages`` (``total``: the arrival
-    messages this rank sent on ``comm``; ``last``: those of the last call; ``protocol``:
-    "groups" or "notices", decide/roles.arrival_table).  Local: never
-    communicates (before the first call on ``comm`` it holds only empty ``calls`` and
-    ``last``)."""
+    """Per-communicator counters of this rank's calls, blocking and nonblocking together:
+    ``calls`` (algorithm -> count), ``last`` (the call that ended last) and
+    ``arrival_messages`` (``total``: the arrival messages this rank sent on ``comm``;
+    ``last``: those of the last call; ``protocol``: "groups" or "notices",
+    decide/roles.Tables).  Local: never communicates (before the first call on ``comm``
+    it holds only empty ``calls`` and ``last``)."""
     state = peek(comm)
     if state is None:
         return {"calls": {}, "last": {}}
@@ -65,18 +68,8 @@ def stats(comm) -> dict:
         calls["native"] += bindings.native_calls
         if bindings.last_was_hit:
             last = _last_native_hit(bindings)
-    arrivals = state.arrivals()
-    sent = {"total": arrivals.sent_total if arrivals is not None else 0,
+    tables = state.arrival_tables()
+    sent = {"total": tables.sent_total() if tables is not None else 0,
             "last": last.arrival_messages if last else 0,
-            "protocol": arrivals.protocol if arrivals is not None else None}
+            "protocol": tables.protocol if tables is not None else None}
     return {"calls": dict(calls), "last": last.as_dict() if last else {}, "arrival_messages": sent}
-
-
-def last_end(comm) -> float:
-    """MPI_Wtime at which the last call recorded on ``comm`` returned (0.0: none yet)."""
-    state = peek(comm)
-    if state is None:
-        return 0.0
-    if state.bindings is not None and state.bindings.last_was_hit:
-        return state.bindings.t_end
-    return state.last.t_end if state.last else 0.0

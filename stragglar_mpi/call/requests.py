@@ -1,26 +1,23 @@
 """Nonblocking and persistent StragglAR: ``Iallreduce`` and ``Allreduce_init``.
 
-- **Lanes: a shadow and a progress thread each.** A communicator's nonblocking
-  operations go to up to LANES lanes, the k-th Iallreduce to lane k mod LANES (a
-  persistent request keeps the lane it got at init).  A lane, made at its first
-  operation, is an ``Idup`` of the communicator (its *shadow*) and a thread that runs
-  the lane's operations one at a time, in call order.  Every rank starts the same
-  operations in the same order (MPI's rule for collectives), so every rank puts an
-  operation in the same lane, and the threads of all ranks meet in it.  Operations in
-  different lanes run at once: a bucket's phase 1 need not wait for the phase 2 of the
-  bucket before it, which waits for the straggler.
-- **The thread runs the blocking call** (``_allreduce.Allreduce`` on the shadow) on
-  the operation's buffers: bind, roles, phase 1, the plan, the timeout, all as for a
-  blocking call.  Its waits release the GIL (the compiled transport runs the whole
-  plan without it; phase 1 and the arrival notices are waited with Testall and
-  sched_yield), so the early ranks' ReduceScatter, and their wait for the straggler,
-  go on while the caller computes.
-- **Blocking calls need not queue behind it.** They run in the caller's thread on the
-  communicator's own private duplicate; no message of theirs can match one of the
-  shadow's, and each communicator's collectives stay in call order.
-- **Requests are MPI generalized requests** (``MPI.Grequest.Start``) that the thread
-  completes: mpi4py's ``Request.Waitall``/``Testall``/``Waitany`` over a mix of ours
-  and mpi4py's requests work as they are.  Our ``Wait`` first waits on a
+- **One path.** An operation is the blocking call's path after bind (call/allreduce.py
+  ``steps``: decide, phase 1, the plan, the record), a generator of steps that the
+  process's progress thread drives (run/engine.py): it polls every operation's plan
+  machine and waits in compiled code without the GIL, so phase 1 and the plan progress
+  while the caller's Python runs.
+- **Lanes, not communicators.** A communicator's nonblocking operations go to its
+  lanes (core/state.py ``Lane``, up to ``LANES``): the k-th Iallreduce to lane
+  1 + k mod LANES, a persistent request to the lane it got at init.  Every rank starts
+  the same operations in the same order (MPI's rule for collectives), so every rank
+  puts an operation in the same lane.  Operations of one lane run one at a time, in
+  call order; operations of different lanes at once (a bucket's phase 1 need not wait
+  for the phase 2 of the bucket before it, which waits for the straggler).  All of them
+  and the blocking calls share the communicator's private duplicate: each lane has its
+  own tags, arrival table and decisions; a native AllReduce is issued there in call
+  order (core/state.py ``Turns``).
+- **Requests are MPI generalized requests** (``MPI.Grequest.Start``) that the progress
+  thread completes: mpi4py's ``Request.Waitall``/``Testall``/``Waitany`` over a mix of
+  ours and mpi4py's requests work as they are.  Our ``Wait`` first waits on a
   ``threading.Event`` (blocked, no CPU), then completes the MPI request at once
   (MPICH's own wait on a generalized request polls).
 """
@@ -28,20 +25,20 @@ from __future__ import annotations
 
 import os
 import threading
-from collections import Counter, deque
 
 from mpi4py import MPI
 
 from ..bind.args import check
+from ..bind.validate import same_everywhere
 from ..core import config as _config
-from ..core import tags
-from ..core.errors import Mismatch, StragglerTimeout
-from ..core.exchange import absent, cancel as _keep_pending, wait as _wait_for
 from ..core import lifetime
+from ..core.errors import Mismatch, Pending
 from ..core.lifetime import PROCESS
-from ..core.state import mark_own
+from ..core.state import Turn
+from ..core.steps import pause
 from ..memory import cuda as _cuda
 from ..memory.device import is_device_call
+from ..run.engine import CANCELLED, ENGINE, Operation
 from . import allreduce as _allreduce
 from . import record as _record
 
@@ -49,8 +46,6 @@ try:
     from ._entry import adopt
 except ImportError:    # a source checkout without the build: no persistent requests
     adopt = None
-
-QUEUED, RUNNING, DONE, CANCELLED = "queued", "running", "done", "cancelled"
 
 
 def Iallreduce(comm, sendbuf, recvbuf, op=MPI.SUM, *, straggler=None, algorithm=None):
@@ -60,9 +55,8 @@ def Iallreduce(comm, sendbuf, recvbuf, op=MPI.SUM, *, straggler=None, algorithm=
     Wait or Test.  Needs MPI_THREAD_MULTIPLE (mpi4py's default)."""
     if not _allreduce._supported(comm):
         return MPI.Comm.Iallreduce(comm, _in_place(sendbuf), recvbuf, op)
-    device = _check(comm, sendbuf, recvbuf, op, straggler, algorithm)
-    call = _Call(_lanes(comm).next(), (sendbuf, recvbuf, op, straggler, algorithm), device)
-    return Request(call.start())
+    spec = _Spec(comm, (sendbuf, recvbuf, op, straggler, algorithm))
+    return Request(spec.start(spec.state.next_lane()))
 
 
 def Allreduce_init(comm, sendbuf, recvbuf, op=MPI.SUM, *, straggler=None, algorithm=None):
@@ -73,50 +67,74 @@ def Allreduce_init(comm, sendbuf, recvbuf, op=MPI.SUM, *, straggler=None, algori
     if adopt is None:
         raise RuntimeError("stragglar_mpi: Allreduce_init needs the compiled extensions "
                            "(pip install . builds them)")
-    device = _check(comm, sendbuf, recvbuf, op, straggler, algorithm)
-    return Prequest(_lanes(comm).next(), (sendbuf, recvbuf, op, straggler, algorithm), device)
+    spec = _Spec(comm, (sendbuf, recvbuf, op, straggler, algorithm))
+    return Prequest(spec, spec.state.next_lane())
 
 
 def stats(comm) -> dict:
     """Per-communicator counters, blocking and nonblocking calls together: ``calls``
     (algorithm -> count) and ``last`` (the call that ended last).  Local."""
-    mine = _record.stats(comm)
-    lanes = comm.Get_attr(_KEYVAL) if isinstance(comm, MPI.Comm) else None
-    calls, last, end = Counter(mine["calls"]), mine["last"], _record.last_end(comm)
-    sent = dict(mine.get("arrival_messages", {"total": 0, "last": 0}))
-    joined = "arrival_messages" in mine
-    for lane in lanes.lanes if lanes is not None else ():
-        theirs = _record.stats(lane.shadow) if lane.joined else {"calls": {}, "last": {}}
-        calls.update(theirs["calls"])
-        if "arrival_messages" in theirs:        # each lane's shadow has its own arrival table
-            joined = True
-            sent["total"] += theirs["arrival_messages"]["total"]
-        if theirs["last"] and lane.last_end > end:
-            last, end = theirs["last"], lane.last_end
-            sent["last"] = theirs["arrival_messages"]["last"]
-    merged = {"calls": dict(calls), "last": last}
-    if joined:
-        merged["arrival_messages"] = sent       # total: all lanes; last: the call that ended last
-    return merged
+    return _record.stats(comm)
 
 
 def _in_place(sendbuf):
     return MPI.IN_PLACE if sendbuf is None else sendbuf
 
 
-def _check(comm, sendbuf, recvbuf, op, straggler, algorithm):
-    """Bad arguments raise at the call, as the blocking call's do.  Under
-    STRAGGLAR_VALIDATE (errors on every rank) and for device buffers the checks run
-    with the operation, and their errors come from Wait and Test.  Returns the
-    caller's CUDA device for device buffers (the thread then works on it), else None."""
-    _require_threads()
-    settings = _config.current()
-    device = is_device_call(sendbuf, recvbuf)
-    if not (settings.validate or device):
-        check(comm, sendbuf, recvbuf, op, straggler, algorithm, settings)
-    if device and not _cuda.simulated():
-        return _cuda.numba_cuda().get_current_device().id
-    return None
+class _Spec:
+    """What an Iallreduce or Allreduce_init was called with, checked, and the
+    communicator's state (made by the first call, its setup finished by a thread)."""
+
+    def __init__(self, comm, given):
+        _require_threads()
+        self.comm, self.given = comm, given
+        self.settings = _config.current()
+        sendbuf, recvbuf, op, straggler, algorithm = given
+        device = is_device_call(sendbuf, recvbuf)
+        # Bad arguments raise at the call, as the blocking call's do.  Under
+        # STRAGGLAR_VALIDATE (errors on every rank) and for device buffers the checks run
+        # with the operation, and their errors come from Wait and Test.
+        self.args = None if (self.settings.validate or device) else \
+            check(comm, sendbuf, recvbuf, op, straggler, algorithm, self.settings)
+        self.device = None      # the caller's CUDA device: the thread works on it
+        if device and not _cuda.simulated():
+            self.device = _cuda.numba_cuda().get_current_device().id
+        timeout = self.settings.timeout
+        self.state = _allreduce.begin_state(comm, MPI.Wtime() + timeout if timeout else 0.0,
+                                            blocking=_IDUP_INTERFERES)
+
+    def start(self, lane):
+        """A new operation of these arguments in ``lane``: its generalized request."""
+        call = _Call(self, lane, Turn(self.state.turns, self.state.turns.take()))
+        call.grequest = MPI.Grequest.Start(call.query, call.free, call.cancel_callback)
+        ENGINE.submit(call.operation)
+        return call
+
+    def steps(self, lane, turn):
+        """Generator: the operation, on the progress thread."""
+        yield from _ready(self.state)
+        if self.device is not None:    # kernels and copies on the caller's GPU
+            _cuda.numba_cuda().select_device(self.device)
+        settings, t_call, deadline = _allreduce.clock()
+        try:
+            args = self.args
+            if args is None:
+                checked = lambda: check(self.comm, *self.given, settings)  # noqa: E731
+                args = (yield from same_everywhere(lane, checked, deadline, turn)) \
+                    if settings.validate else checked()
+            yield from _allreduce.steps(self.comm, lane, args, settings, t_call, deadline, turn)
+        except (Pending, Mismatch) as exc:
+            raise (yield from _allreduce.failed(lane, exc, settings.timeout)) from None
+        finally:
+            turn.release()
+
+
+def _ready(state):
+    """Generator: until the communicator's setup (a thread's, at the first call) is over."""
+    while not state.ready.is_set():
+        yield from pause(MPI.Wtime() + 1e-3)
+    if state.setup_error is not None:
+        raise state.setup_error
 
 
 def _require_threads():
@@ -132,38 +150,30 @@ def _require_threads():
 
 
 class _Call:
-    """One operation: its arguments, the generalized request that stands for it, its fate."""
+    """One operation: the generalized request that stands for it, and its fate."""
 
-    def __init__(self, progress, args, device=None):
-        self.progress, self.args, self.device = progress, args, device
-        self.state, self.error, self.reported, self.quiet = QUEUED, None, False, False
+    def __init__(self, spec, lane, turn):
+        self.turn = turn
+        self.operation = Operation(spec.steps(lane, turn), lane, self._ended)
+        self.error, self.reported, self.quiet, self.cancelled = None, False, False, False
         self.finished = threading.Event()
         self.grequest = None
 
-    def start(self):
-        self.grequest = MPI.Grequest.Start(self._query, self._free, self._cancel)
-        self.progress.submit(self)
-        return self
-
-    def run(self):
-        sendbuf, recvbuf, op, straggler, algorithm = self.args
-        try:
-            self.progress.owner.usable()
-            self.progress.join()
-            if self.device is not None:    # kernels and copies on the caller's GPU
-                _cuda.numba_cuda().select_device(self.device)
-            _allreduce.Allreduce(self.progress.shadow, sendbuf, recvbuf, op,
-                                 straggler=straggler, algorithm=algorithm)
-        except BaseException as exc:     # handed to Wait / Test on this rank
-            self.error = exc
-            if isinstance(exc, (StragglerTimeout, Mismatch)):   # messages were abandoned
-                self.progress.owner.broken = self.progress.owner.broken or str(exc)
-        self.finish(DONE)
-
-    def finish(self, state):
-        self.state = state
+    def _ended(self, operation):
+        self.error = operation.error
         self.grequest.Complete()         # before the event: Wait then frees it at once
         self.finished.set()
+
+    def cancel(self):
+        """Cancel the operation if it has not started; False once it has."""
+        if not ENGINE.cancel(self.operation):
+            return False
+        if not self.finished.is_set():
+            self.cancelled = True
+            self.turn.release()          # its collective's turn passes to the next
+            self.grequest.Complete()
+            self.finished.set()
+        return True
 
     def raise_error(self):
         """The operation's error, once (by Wait or Test, or by the next one after a Waitall)."""
@@ -172,19 +182,19 @@ class _Call:
             raise self.error
 
     # MPI's callbacks of the generalized request (mpi4py acquires the GIL for them)
-    def _query(self, status):
+    def query(self, status):
         status.Set_source(MPI.ANY_SOURCE)
         status.Set_tag(MPI.ANY_TAG)
         status.Set_elements(MPI.BYTE, 0)
-        status.Set_cancelled(self.state == CANCELLED)
+        status.Set_cancelled(self.cancelled)
         if self.error is not None and not self.quiet:
             raise self.error     # mpi4py prints it and its Waitall raises MPI.Exception
 
-    def _free(self):
+    def free(self):
         pass
 
-    def _cancel(self, completed):
-        pass                             # Cancel is ours (below); MPI's reaches no operation
+    def cancel_callback(self, completed):
+        pass                     # Cancel is ours (below); MPI's reaches no operation
 
 
 class _Ops:
@@ -212,7 +222,7 @@ class _Ops:
         cancel it on every rank, as it is a collective.  A started one cannot be (MPI
         cannot cancel a started collective either): that raises, and it completes."""
         call = self._call
-        if self and call is not None and not call.progress.cancel(call):
+        if self and call is not None and not call.cancel():
             raise RuntimeError("stragglar_mpi: this Allreduce has started and cannot be cancelled "
                                "(MPI cannot cancel a started collective); Wait for it")
 
@@ -229,23 +239,24 @@ class Request(_Ops, MPI.Request):
 
 
 class Prequest(_Ops, MPI.Prequest):
-    """What ``Allreduce_init`` returns: an ``MPI.Prequest``; each Start queues one operation.
-    ``Startall`` starts ours and mpi4py's; ``Free`` releases it (once it completes)."""
+    """What ``Allreduce_init`` returns: an ``MPI.Prequest``; each Start queues one operation
+    in the lane it got at init.  ``Startall`` starts ours and mpi4py's; ``Free`` releases
+    it (once it completes)."""
 
-    def __new__(cls, progress, args, device=None):
+    def __new__(cls, spec, lane):
         return super().__new__(cls)
 
-    def __init__(self, progress, args, device=None):
+    def __init__(self, spec, lane):
         super().__init__()
-        self._progress, self._args, self._device, self._call = progress, args, device, None
+        self._spec, self._lane, self._call = spec, lane, None
 
     def Start(self):
-        if self._args is None:
+        if self._spec is None:
             raise RuntimeError("stragglar_mpi: Start of a persistent request that was freed")
         if self:
             raise RuntimeError("stragglar_mpi: Start of a persistent request that is still "
                                "active (Wait for it first)")
-        call = _Call(self._progress, self._args, self._device).start()
+        call = self._spec.start(self._lane)
         adopt(self, call.grequest)
         self._call = call
 
@@ -255,152 +266,25 @@ class Prequest(_Ops, MPI.Prequest):
             request.Start() if isinstance(request, Prequest) else MPI.Prequest.Start(request)
 
     def Free(self):
-        if self._args is None:
+        if self._spec is None:
             raise RuntimeError("stragglar_mpi: Free of a persistent request that was freed")
-        self._args = None
+        self._spec = None
         if self:                          # started and not completed by a Wait: MPI frees
             MPI.Request.Free(self)        # its generalized request once the thread completes it
 
 
 #: Open MPI's MPI_Comm_idup posts the later steps of its context-id agreement as it
-#: progresses, so they can meet a collective the caller started on the same communicator
+#: progresses, so they can meet a collective the caller starts on the same communicator
 #: after it (open-mpi/ompi#2025; seen here as MPI_ERR_TRUNCATE in a native Iallreduce and a
-#: hang).  There a lane's first operation completes the Idup before it returns: it waits
-#: until every rank has made that call.
+#: hang).  There the first nonblocking call on a communicator finishes its setup before
+#: it returns: it waits until every rank has made that call.
 _IDUP_INTERFERES = MPI.get_vendor()[0] == "Open MPI"
 
 
-class _Progress:
-    """A lane: a shadow of the communicator and the thread that runs the lane's operations."""
-
-    def __init__(self, comm, owner):
-        shadow, self._joining = MPI.Intracomm.Idup(comm)    # completed by the thread
-        self.shadow, self._comm, self.owner = MPI.Intracomm(shadow), comm, owner
-        self.joined, self.last_end = False, 0.0
-        self._cond = threading.Condition()
-        self._queue = deque()
-        self._closed = False
-        self._thread = threading.Thread(target=self._serve, daemon=True,
-                                        name="stragglar_mpi progress")
-        self._thread.start()
-        PROCESS.register("lanes", self)
-        if _IDUP_INTERFERES:
-            self.join()      # before the caller can start another collective on ``comm``
+def _close():
+    # At exit (core/lifetime.py): the progress thread runs what is queued, so nothing of
+    # ours runs inside MPI_Finalize.
+    ENGINE.close()
 
 
-    def submit(self, call):
-        with self._cond:
-            self._queue.append(call)
-            self._cond.notify()
-
-    def cancel(self, call):
-        """False when ``call`` is running; a queued one is cancelled and completed."""
-        with self._cond:
-            if call.state != QUEUED:
-                return call.state != RUNNING
-            self._queue.remove(call)
-            call.state = CANCELLED
-        call.finish(CANCELLED)
-        return True
-
-    def close(self):
-        """No more operations: the thread runs those queued, frees the shadow and ends."""
-        with self._cond:
-            self._closed = True
-            self._cond.notify()
-
-    def _serve(self):
-        while True:
-            with self._cond:
-                while not self._queue and not self._closed:
-                    self._cond.wait()
-                if not self._queue:
-                    break
-                call = self._queue.popleft()
-                call.state = RUNNING
-            call.run()
-            self.last_end = MPI.Wtime()
-        if self.joined and not MPI.Is_finalized():
-            self.shadow.Free()
-
-    def join(self):
-        """Complete the shadow's Idup (the first operation), under STRAGGLAR_TIMEOUT."""
-        if self.joined:
-            return
-        timeout = _config.current().timeout
-        deadline = MPI.Wtime() + timeout if timeout else 0.0
-        # first call only, on the caller's communicator
-        missing = absent(self._comm, deadline, tags.lane_setup()) if deadline else []
-        if missing or not _wait_for([self._joining], deadline):
-            _keep_pending([], self.shadow, self._joining)    # MPI may complete the Idup later
-            who = (f"rank(s) {', '.join(map(str, missing))} did not arrive" if missing else
-                   "every rank arrived, so the others may have given up waiting for this one")
-            raise StragglerTimeout(
-                f"stragglar_mpi: Iallreduce timed out after {timeout:g} s in the setup of its "
-                f"duplicate (the first nonblocking call on this communicator): {who}. This "
-                "communicator's nonblocking calls are now unusable; abort the job (comm.Abort()).",
-                missing=missing, phase="the setup of the nonblocking calls' duplicate")
-        self._comm = None
-        self.joined = True
-        self.shadow.Set_name(f"{self.shadow.Get_name()} (stragglar_mpi nonblocking)")
-        mark_own(self.shadow)        # its operations run on it: no second duplicate
-
-
-#: Lanes per communicator: operations that may run at once (each lane costs a duplicate,
-#: its setup at the lane's first operation, a thread and the library's scratch memory).
-LANES = 4
-
-
-class _Lanes:
-    """A communicator's lanes, made one by one as the operations reach them."""
-
-    def __init__(self, comm):
-        self.comm, self.lanes, self.started, self.broken = comm, [], 0, None
-
-    def next(self):
-        """The lane of the next operation (the same on every rank: the same count).  After
-        a timeout no lane is made (its Idup would wait): the operation fails in lane 0."""
-        k = self.started % LANES
-        self.started += 1
-        if k == len(self.lanes) and not (self.broken and self.lanes):
-            self.lanes.append(_Progress(self.comm, self))
-        return self.lanes[min(k, len(self.lanes) - 1)]
-
-    def usable(self):
-        """Raise, as the blocking call does, once an operation of these lanes timed out."""
-        if self.broken:
-            raise RuntimeError(f"stragglar_mpi: nonblocking calls on this communicator are "
-                               f"unusable after: {self.broken}")
-
-    def close(self):
-        for lane in self.lanes:
-            lane.close()
-        self.comm = None
-
-
-def _lanes(comm):
-    lanes = comm.Get_attr(_KEYVAL)
-    if lanes is None:
-        lanes = _Lanes(comm)
-        comm.Set_attr(_KEYVAL, lanes)
-    return lanes
-
-
-def _delete(comm, keyval, lanes):
-    lanes.close()
-
-
-_KEYVAL = MPI.Comm.Create_keyval(delete_fn=_delete)
-
-
-def _close_all():
-    # At exit (core/lifetime.py): every thread runs what is queued and frees its shadow,
-    # so nothing of ours runs inside MPI_Finalize.
-    lanes = PROCESS.live("lanes")
-    for progress in lanes:
-        progress.close()
-    for progress in lanes:
-        progress._thread.join()
-
-
-PROCESS.on_exit(lifetime.LANES, _close_all)
+PROCESS.on_exit(lifetime.ENGINE, _close)

@@ -54,13 +54,16 @@ class Exchange:
         self.recvs = [comm.Irecv(buf, r, tag) for buf, r in zip(recvs, self.peers)]
         self.sends = [comm.Isend(send, r, tag) for r in self.peers]
 
-    def silent(self, deadline, sends_too=True):
-        """The peers not heard from by ``deadline`` ([] once every one has); waits for the
-        sends too unless told not to (eager sends complete on their own)."""
-        reqs = self.recvs + self.sends if sends_too else self.recvs
-        if wait(reqs, deadline):
+    def silent(self, deadline):
+        """The peers not heard from by ``deadline`` ([] once every one has, its sends
+        complete too)."""
+        if wait(self.recvs + self.sends, deadline):
             return []
-        return [r for r, live in zip(self.peers, unanswered(self.recvs)) if live]
+        return [r for r, live in zip(self.peers, self.unanswered()) if live]
+
+    def unanswered(self):
+        """Per peer, whether its message has not come (each receive tested once)."""
+        return unanswered(self.recvs)
 
     def cancel(self):
         cancel(self.recvs + self.sends, self.send, *self.recv_buffers)

@@ -7,7 +7,7 @@
 
 At exit (before mpi4py finalizes MPI: its handler was registered first, atexit runs
 last-in first-out) ``shutdown`` runs the registered steps in this order:
-1. ``LANES``: nonblocking lanes run what is queued and free their duplicates;
+1. ``ENGINE``: the progress thread runs the nonblocking operations still queued, and ends;
 2. ``REPORT``: the STRAGGLAR_REPORT straggler reports print;
 3. ``ARRIVALS``: arrival tables cancel their receives, in the same key order on every rank.
 """
@@ -16,7 +16,7 @@ from __future__ import annotations
 import atexit
 import weakref
 
-LANES, REPORT, ARRIVALS = 10, 20, 30
+ENGINE, REPORT, ARRIVALS = 10, 20, 30
 
 
 class Lifetime:

@@ -3,20 +3,31 @@
 Our messages travel on a private duplicate, so a user's point-to-point traffic on
 the same communicator is never matched by ours.  Phase 1 and phase 2 are plans run on
 that duplicate (run/phases.py), so the library makes no sub-communicator of the early
-ranks, nor of a node; the communicators of one user communicator are the private
-duplicate and the arrival table's duplicate (the node communicator that finds the
-layout at setup is freed at once).
+ranks, nor of a node.  A user communicator costs two MPI communicators, whatever
+its calls: the private duplicate and the arrival tables' duplicate (the node
+communicator that finds the layout at setup is freed at once).
+
+Calls run in *sequences*: the blocking calls (the ``State`` itself) and up to
+``LANES`` lanes of nonblocking ones (``Lane``).  The calls of one sequence never
+overlap on a rank; those of different sequences may, so each sequence has its own
+tags (core/tags.py), its own host scratch and its own decisions in call order (its
+arrival table, the history, auto's sampling), which every rank reads alike.  MPI
+collectives on the private duplicate (a native AllReduce) are issued in call order
+across all sequences: ``Turns``.
 
 Every collective step here runs under the call's deadline (an MPI_Wtime, 0 = none):
 the setup (first call) with a deadline first waits for a presence message from every
 member (zero bytes, on the caller's communicator, ``tags.setup()``), which names the
 ranks that did not come; then ``Idup`` waited with the deadline; once it completes
 every member is in the setup, so the key broadcast and what the higher rooms make here
-(``collective``: the arrival table, the topology) follow at once, in this thread.
+(``collective``: the arrival tables, the topology) follow at once.  A nonblocking
+first call posts the presence messages and the ``Idup`` at the call (in call order),
+and a thread of its own finishes the setup (``begin_setup``).
 """
 from __future__ import annotations
 
 import os
+import threading
 from collections import Counter, deque
 
 import numpy as np
@@ -24,110 +35,262 @@ from mpi4py import MPI
 
 from . import tags
 from .errors import Pending
-from .exchange import absent, cancel, wait
+from .exchange import Exchange, cancel, wait
 from .lifetime import ARRIVALS, PROCESS
+from .steps import pause
 
 _SETUP = "the setup of this communicator (its first call)"
+LANES = tags.SEQUENCES - 1     # nonblocking operations that may run at once on a communicator
 
 
-class State:
-    """One communicator's library state.  ``bindings``: the compiled entry's cache of
-    earlier calls' checks (call/_entry.pyx), or None without the build."""
+class Sequence:
+    """Calls that never overlap on a rank, and what decides their roles, in call order."""
 
-    def __init__(self, bindings=None):
-        self.private, self.owns_private = None, True
-        self.key = None
-        self.calls = Counter()
-        self.last = None                  # the last call: a call.record.CallRecord
+    def __init__(self, owner, index):
+        self.owner, self.index = owner, index
+        self.tag0 = tags.rounds(index)
         self.history = deque(maxlen=64)   # arrival records of earlier tracked calls
         self.auto_calls = 0               # "auto" calls above the small-size cut
-        self.next_pair, self.pair_gap = 1, 1  # when "auto" records arrivals next (_allreduce._sampled)
+        self.next_pair, self.pair_gap = 1, 1  # when "auto" records arrivals next (decide/roles.sampled)
         self.tracked_seq = None           # arrival-table number of the last tracked call
-        self.broken = None                # why this state is unusable (after a timeout)
-        self.bindings = bindings
-        self.log = None                   # what tracked calls ran, for the report (call/report.Log)
-        self._arrivals = None             # the arrival table (decide/arrival.GroupTable or decide/notices.NoticeTable), set at setup
-        self.topology, self.links = None, None
+        self.log = None                   # what tracked calls ran, for the report (blocking calls)
+        self._table = None                # this sequence's arrival table, made at its first use
         self._scratch = np.empty(0, dtype=np.uint8)
-        self.pools = {}                   # memory backends' scratch, per operation (_memory.Pool)
 
-    def setup(self, comm, deadline=0.0, collective=None, private=False):
-        """The collective part, in the first call on ``comm`` (see the module's docstring);
-        ``collective(state)`` then makes what the higher rooms keep here (the arrival
-        table, the topology: decide/roles.setup).  ``private``: ``comm`` is already the
-        library's own (a nonblocking lane's duplicate, every member in it): it serves as
-        the private duplicate, and its owner frees it."""
-        if private:
-            if deadline and comm.Get_size() > 1:
-                _presence(comm, deadline)     # the key broadcast below blocks: all must be here
-            self.private, self.owns_private = comm, False
-        else:
-            self.private = self._duplicate(comm, deadline)
-        # Every member has joined the Idup: what follows cannot wait for long.  The same
-        # key on every member: arrival tables are freed at exit in key order, so ranks
-        # that share several communicators never wait on each other crosswise.
-        self.key = self.private.bcast((MPI.Wtime(), os.getpid(), id(self)), root=0)
-        if collective is not None and self.private.Get_size() > 1:
-            collective(self)
+    # What the communicator's setup made (the same for every sequence).
+    @property
+    def private(self):
+        return self.owner._private
 
-    @staticmethod
-    def _duplicate(comm, deadline):
-        if deadline and comm.Get_size() > 1:
-            _presence(comm, deadline)
-        private, request = MPI.Intracomm.Idup(comm)
-        if not wait([request], deadline):
-            cancel([], private, request)   # MPI completes the Idup into them later: keep them
-            others = [r for r in range(comm.Get_size()) if r != comm.Get_rank()]
-            raise Pending(others, _SETUP + ": the other ranks did not join its duplicate "
-                          "(they may have given up waiting for this rank)")
-        return MPI.Intracomm(private)
+    @property
+    def topology(self):
+        return self.owner._topology
+
+    @property
+    def links(self):
+        return self.owner._links
+
+    @property
+    def pools(self):
+        return self.owner._pools
+
+    @property
+    def broken(self):
+        """Why the communicator's library state is unusable (a timeout, a mismatch), or None."""
+        return self.owner._broken
+
+    @broken.setter
+    def broken(self, why):
+        self.owner._broken = why
 
     def tiers(self):
         """(topology, links) when the communicator spans nodes, else None (one tier)."""
         return None if self.links is None else (self.topology, self.links)
 
     def arrivals(self):
-        """The shared arrival table (made collectively with the state, in the first call)."""
-        return self._arrivals
+        """This sequence's arrival table (decide/arrival.py, decide/notices.py)."""
+        if self._table is None and self.owner._arrivals is not None:
+            self._table = self.owner._arrivals.table(self.index)
+        return self._table
 
-    def keep_arrivals(self, table):
-        """Keep the arrival table made at setup; it is freed with the state or at exit."""
-        self._arrivals = table
-        PROCESS.register("arrivals", self)
-
-    def absent_ranks(self):
-        """Ranks missing from the arrival table of the current call, when it is tracked."""
-        if self._arrivals is None or self.tracked_seq is None:
+    def absent_ranks_steps(self):
+        """Generator: the ranks missing from the arrival table of the current call, when
+        it is tracked (each waiting rank takes part in a short exchange)."""
+        table = self.arrivals()
+        if table is None or self.tracked_seq is None:
             return []
         try:
-            return self._arrivals.absent(self.tracked_seq)
+            return (yield from table.absent(self.tracked_seq))
         except MPI.Exception:
             return []
+
+    def scratch(self, nbytes):
+        """This sequence's host scratch (its calls never overlap)."""
+        if self._scratch.nbytes < nbytes:
+            self._scratch = np.empty(nbytes, dtype=np.uint8)
+        return self._scratch
+
+
+class Lane(Sequence):
+    """A lane of a communicator's nonblocking operations (index 1..LANES)."""
+
+
+class Turns:
+    """Collectives on the private duplicate in call order, across sequences.
+
+    Every nonblocking operation takes a ticket at its call (``take``: the same count on
+    every rank) and gives it back (``release``) once it has issued its collective, or
+    once it knows it has none; an operation may issue its collective when every
+    earlier ticket is back (``mine``).  A blocking call, which comes after all of
+    them, waits for ``idle``."""
+
+    def __init__(self):
+        self.issued, self.next, self._back = 0, 0, set()
+        self._lock = threading.Lock()
+
+    def take(self):
+        with self._lock:
+            self.issued += 1
+            return self.issued - 1
+
+    def release(self, ticket):
+        with self._lock:
+            self._back.add(ticket)
+            while self.next in self._back:
+                self._back.discard(self.next)
+                self.next += 1
+
+    def mine(self, ticket):
+        return self.next == ticket
+
+    @property
+    def idle(self):
+        return self.next == self.issued
+
+
+class Turn:
+    """One call's place among the collectives on the private duplicate: a nonblocking
+    operation's ticket, or (``ticket`` None) a blocking call, whose turn comes once no
+    earlier operation holds one."""
+    POLL = 1e-4     # seconds between looks while an earlier operation holds the turn
+
+    def __init__(self, turns, ticket=None):
+        self.turns, self.ticket, self.back = turns, ticket, ticket is None
+
+    @property
+    def blocking(self):
+        return self.ticket is None
+
+    def ready(self):
+        return self.turns.idle if self.ticket is None else self.turns.mine(self.ticket)
+
+    def wait(self, deadline=0.0):
+        """Generator: until this call may issue its collective."""
+        while not self.ready():
+            now = MPI.Wtime()
+            if deadline and now > deadline:
+                raise Pending((), "its turn after the earlier nonblocking operations")
+            yield from pause(now + self.POLL)
+
+    def release(self):
+        """This call has issued its collective, or has none (once; later calls are no-ops)."""
+        if not self.back:
+            self.back = True
+            self.turns.release(self.ticket)
+
+
+class State(Sequence):
+    """One communicator's library state, and the sequence of its blocking calls.
+    ``bindings``: the compiled entry's cache of earlier calls' checks
+    (call/_entry.pyx), or None without the build."""
+
+    def __init__(self, bindings=None):
+        super().__init__(self, 0)
+        self._private = None
+        self.key = None
+        self.calls = Counter()
+        self.last = None                  # the last call: a call.record.CallRecord
+        self._broken = None
+        self.bindings = bindings
+        self._arrivals = None             # what the arrival tables share (decide/roles.setup)
+        self._topology, self._links = None, None
+        self._pools = {}                  # memory backends' scratch, per operation (memory/host.Pool)
+        self.lanes = []                   # the nonblocking lanes made so far
+        self.started = 0                  # nonblocking operations started (Iallreduce, Allreduce_init)
+        self.turns = Turns()
+        self.lock = threading.Lock()      # the counters: blocking calls and the progress thread
+        self.ready = threading.Event()    # set once the setup is over (well or not)
+        self._joining = None              # the setup's (presence exchange, duplicate, Idup request)
+        self.setup_error = None           # what a setup in a thread of its own raised
+
+    # --- setup ------------------------------------------------------------------------
+
+    def setup(self, comm, deadline=0.0, collective=None):
+        """The collective part, in the first call on ``comm`` (see the module's docstring);
+        ``collective(state)`` then makes what the higher rooms keep here (the arrival
+        tables, the topology: decide/roles.setup)."""
+        self.join(comm, deadline)
+        self.finish(comm, deadline, collective)
+
+    def join(self, comm, deadline):
+        """Post what the setup needs every member for (the presence messages under a
+        deadline, the Idup): in call order, at the call; ``finish`` waits for it."""
+        presence = None
+        if deadline and comm.Get_size() > 1:
+            others = [r for r in range(comm.Get_size()) if r != comm.Get_rank()]
+            presence = Exchange(comm, others, tags.setup(), [bytearray(0), MPI.BYTE],
+                                [[bytearray(0), MPI.BYTE] for _ in others])
+        private, request = MPI.Intracomm.Idup(comm)
+        self._joining = (presence, private, request)
+
+    def finish(self, comm, deadline, collective):
+        """Wait for every member (``join``), then the key and ``collective``."""
+        if self._joining is not None:
+            self._private = self._joined(comm, deadline, *self._joining)
+            self._joining = None
+        # Every member has joined the Idup: what follows cannot wait for long.  The same
+        # key on every member: arrival tables are freed at exit in key order, so ranks
+        # that share several communicators never wait on each other crosswise.
+        self.key = self._private.bcast((MPI.Wtime(), os.getpid(), id(self)), root=0)
+        if collective is not None and self._private.Get_size() > 1:
+            collective(self)
+
+    @staticmethod
+    def _joined(comm, deadline, presence, private, request):
+        missing = presence.silent(deadline) if presence is not None else []
+        if missing:
+            presence.cancel()
+            cancel([request], private)     # MPI completes the Idup into it later: keep it
+            raise Pending(missing, _SETUP, missing=missing)
+        if not wait([request], deadline):
+            cancel([], private, request)
+            others = [r for r in range(comm.Get_size()) if r != comm.Get_rank()]
+            raise Pending(others, _SETUP + ": the other ranks did not join its duplicate "
+                          "(they may have given up waiting for this rank)")
+        return MPI.Intracomm(private)
+
+    # --- what the setup made ------------------------------------------------------------
+
+    def keep_arrivals(self, base):
+        """Keep what the arrival tables share (made at setup); freed with the state or at exit."""
+        self._arrivals = base
+        PROCESS.register("arrivals", self)
+
+    def arrival_tables(self):
+        """What the sequences' arrival tables share (decide/roles.Tables), or None."""
+        return self._arrivals
+
+    def set_layout(self, topology, links):
+        self._topology, self._links = topology, links
+
+    def lane(self, k):
+        """Lane ``k`` (1..LANES), made at its first operation (nothing collective)."""
+        while len(self.lanes) < k:
+            self.lanes.append(Lane(self, len(self.lanes) + 1))
+        return self.lanes[k - 1]
+
+    def next_lane(self):
+        """The lane of the next nonblocking operation: the k-th takes lane 1 + k % LANES
+        (the same on every rank: every rank counts the same calls)."""
+        self.started += 1
+        return self.lane(1 + (self.started - 1) % LANES)
+
+    def sequences(self):
+        return [self] + self.lanes
 
     def free_arrivals(self):
         if self._arrivals is not None and not MPI.Is_finalized():
             self._arrivals.free()
         self._arrivals = None
-
-    def scratch(self, nbytes):
-        if self._scratch.nbytes < nbytes:
-            self._scratch = np.empty(nbytes, dtype=np.uint8)
-        return self._scratch
+        for seq in self.sequences():
+            seq._table = None
 
     def free(self):
         if MPI.Is_finalized():
             return
         self.free_arrivals()
-        if self.private is not None and self.owns_private:
-            self.private.Free()
-
-
-def _presence(comm, deadline):
-    """Wait until every member of ``comm`` has entered the setup; Pending names those
-    that have not by ``deadline``."""
-    missing = absent(comm, deadline, tags.setup())
-    if missing:
-        raise Pending(missing, _SETUP, missing=missing)
+        if self._private is not None:
+            self._private.Free()
 
 
 def _free_arrival_tables():
@@ -146,34 +309,64 @@ def _delete(comm, keyval, state):
 KEYVAL = MPI.Comm.Create_keyval(delete_fn=_delete)
 
 
-#: Marks a communicator the library made for itself (``mark_own``): its state needs no
-#: private duplicate of it.
-OWN = MPI.Comm.Create_keyval()
-
-
-def mark_own(comm):
-    """``comm`` is the library's own, known to every member (a lane's completed Idup)."""
-    comm.Set_attr(OWN, True)
-
-
 def setup_state(comm, deadline=0.0, bindings=None, collective=None) -> State:
     """The state of ``comm``, set up collectively in its first call (under ``deadline``);
     ``bindings`` and ``collective`` are what the call room gives a new one (State.setup).
 
     A setup that fails leaves a state behind that says why (``broken``), so that a
-    later call raises instead of starting a second, mismatched setup."""
+    later call raises instead of starting a second, mismatched setup.  A state that a
+    nonblocking call is still setting up (``begin_setup``) is waited for."""
     state = comm.Get_attr(KEYVAL)
     if state is None:
         state = State(bindings() if bindings else None)
         comm.Set_attr(KEYVAL, state)
-        try:
-            state.setup(comm, deadline, collective, private=bool(comm.Get_attr(OWN)))
-        except BaseException as exc:
-            state.broken = state.broken or f"its setup failed ({type(exc).__name__}: {exc})"
-            raise
-    elif state.broken:
+        _set_up(state, lambda: state.setup(comm, deadline, collective))
+        return state
+    if not state.ready.is_set() and not _wait_ready(state, deadline):
+        raise Pending([], _SETUP + ": a nonblocking call's setup of it has not ended")
+    if state.broken:
         raise RuntimeError(f"stragglar_mpi: this communicator is unusable after: {state.broken}")
     return state
+
+
+def begin_setup(comm, deadline=0.0, bindings=None, collective=None, blocking=False) -> State:
+    """The state of ``comm`` for a nonblocking call: an existing one, or a new one whose
+    setup the call starts (presence messages and Idup posted now, in call order) and a
+    thread of its own finishes; its ``ready`` is set when it is over.  ``blocking``:
+    finish it here instead (an MPI whose Idup must complete before the next collective)."""
+    state = comm.Get_attr(KEYVAL)
+    if state is not None:
+        return state
+    state = State(bindings() if bindings else None)
+    comm.Set_attr(KEYVAL, state)
+    _set_up(state, lambda: state.join(comm, deadline), done=False)
+    rest = lambda: _set_up(state, lambda: state.finish(comm, deadline, collective))  # noqa: E731
+    if state.broken or blocking:
+        rest() if not state.broken else state.ready.set()
+    else:
+        threading.Thread(target=rest, daemon=True, name="stragglar_mpi setup").start()
+    return state
+
+
+def _set_up(state, step, done=True):
+    try:
+        step()
+    except BaseException as exc:
+        state.broken = state.broken or f"its setup failed ({type(exc).__name__}: {exc})"
+        state.setup_error = exc
+        state.ready.set()
+        if done:
+            raise
+        return
+    if done:
+        state.ready.set()
+
+
+def _wait_ready(state, deadline):
+    while not state.ready.wait(0.001):
+        if deadline and MPI.Wtime() > deadline:
+            return False
+    return True
 
 
 def peek(comm):

@@ -6,6 +6,12 @@ outside MPI, holds up nobody's message (docs/ARRIVAL.md has the measurements).
 Nothing is ever forwarded by a rank that might be the late one.  This is the table of
 communicators of ``STRAGGLAR_ARRIVAL_GROUPS`` ranks or more (16 by default); smaller
 ones send a notice to every rank (decide/notices.py: fewer rounds of latency there).
+Each sequence of calls (core/state.py: the blocking calls, each nonblocking lane) has a
+table of its own, on the duplicate its communicator's tables share, with a tag of its
+own (core/tags.py ``arrival``): every message of a sequence has that tag, its kind
+inside.  A table takes its messages in through one receive from any rank that stays
+posted, so whoever drives a call waits on that request (core/steps.py ``Wait``) and
+the table itself never waits: its waits are generators.
 
 - Groups: the ranks in node order, cut into groups of about sqrt(n) (at least 2).
   Each group has two *aggregators*: its two members that came first in the previous
@@ -38,7 +44,6 @@ ones send a notice to every rank (decide/notices.py: fewer rounds of latency the
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import dataclass
 
 import numpy as np
@@ -46,11 +51,10 @@ from mpi4py import MPI
 
 from ..core import config as _config
 from ..core import tags
-from .clock import offsets
+from ..core.steps import Wait
 
 
-_CLOCK_ROUNDS = 8
-_DRAIN = 8              # empty probes before a thorough pump ends
+_DRAIN = 8              # empty tests before a thorough pump ends
 _KEEP = 3               # calls whose messages and state are kept (current, previous, one more)
 
 
@@ -140,25 +144,27 @@ class _Call:
 
 
 class GroupTable:
-    """The arrival table of a communicator of STRAGGLAR_ARRIVAL_GROUPS ranks or more."""
+    """The arrival table of one sequence of a communicator of STRAGGLAR_ARRIVAL_GROUPS
+    ranks or more; ``shared``: what the communicator's tables share (decide/roles.py
+    ``Tables``: the duplicate, the clock offset, the token, the nodes)."""
     protocol = "groups"
 
-    def __init__(self, comm, node_of=None):
-        self.comm = comm.Dup()          # our messages never meet the plans'
+    def __init__(self, shared, sequence=0):
+        self.comm, self.offset, self.token = shared.comm, shared.offset, shared.token
         self.n, self.rank = self.comm.Get_size(), self.comm.Get_rank()
-        self.offset = offsets(self.comm, _CLOCK_ROUNDS)
+        self.tag = tags.arrival(sequence)
         self.seq = 0
-        # Messages carry this table's token: one that a freed duplicate left in the MPI's
-        # queue can be matched by a later duplicate that reuses the context id; it is dropped.
-        self.token = float(self.comm.bcast(int.from_bytes(os.urandom(6), "little") + 1, root=0))
-        self.groups = groups_of(self.n, node_of)
+        self.groups = groups_of(self.n, shared.node_of)
         self.group_of = {r: i for i, g in enumerate(self.groups) for r in g}
         self._calls = {}
         self._records = {}              # seq -> Arrival
         self._latest = None             # the newest record (the next call's roles follow it)
         self._sends = []                # (request, buffer) still in flight
         self._status = MPI.Status()
-        self.sent_total = 0             # arrival messages this rank sent on this communicator
+        # The longest message: the record's half of every time, or a list of every rank.
+        self._box = np.zeros(self.n + 8, np.float64)
+        self._recv = self.comm.Irecv(self._box, MPI.ANY_SOURCE, self.tag)
+        self.sent_total = 0             # arrival messages this rank sent in this sequence
         self.coordinator = 0
         self.place = 0
 
@@ -169,8 +175,8 @@ class GroupTable:
     # --- one call -----------------------------------------------------------------------
 
     def arrive(self, deadline=0.0):
-        """Enter this call: send this rank's notice to its group's aggregators; returns
-        how many notices of this call this rank already held."""
+        """Generator: enter this call: send this rank's notice to its group's
+        aggregators; returns how many notices of this call this rank already held."""
         t = self.now()
         call = self._call(self.seq)
         call.arrived, call.mine = True, t
@@ -182,6 +188,7 @@ class GroupTable:
         self._pump(thorough=True)      # what came before this rank: all of it
         self.place = len(call.heard)
         return self.place
+        yield  # pragma: no cover  (a generator, as every table's arrive)
 
     def record_before(self, deadline=0.0):
         """The newest record (the previous tracked call's, once it completed)."""
@@ -203,8 +210,8 @@ class GroupTable:
         return known
 
     def straggler(self, deadline=0.0):
-        """The rank that arrives last in this call, as the coordinator saw it; None if
-        ``deadline`` (an MPI_Wtime, 0 = never) passes first."""
+        """Generator: the rank that arrives last in this call, as the coordinator saw
+        it; None if ``deadline`` (an MPI_Wtime, 0 = never) passes first."""
         call = self._calls[self.seq]
         mine = call.aggregators[self.group_of[self.rank]]
         first, verify = True, False
@@ -226,9 +233,8 @@ class GroupTable:
                     if last != self.rank:
                         self._send(call, [last], tags.DECISION, last)
                     break
-            if deadline and MPI.Wtime() > deadline:
+            if not (yield self._next(deadline)):
                 return None
-            os.sched_yield()
         for child in tree_children(self.rank, call.coordinator, call.decision, self.n):
             self._send(call, [call.decision], tags.DECISION, child)
         return call.decision
@@ -241,8 +247,8 @@ class GroupTable:
         self._sends = [(req, buf) for req, buf in self._sends if not req.Test()]
 
     def settle(self, deadline=0.0):
-        """After the plan of the last call: pass the times around (ceil(log2 n) rounds)
-        and keep the record.  False if ``deadline`` passes first."""
+        """Generator: after the plan of the last call: pass the times around
+        (ceil(log2 n) rounds) and keep the record.  False if ``deadline`` passes first."""
         seq = self.seq - 1
         call = self._calls.get(seq)
         if call is None or not call.arrived:
@@ -257,9 +263,8 @@ class GroupTable:
                 self._pump()
                 if k in call.pieces:
                     break
-                if deadline and MPI.Wtime() > deadline:
+                if not (yield self._next(deadline)):
                     return False
-                os.sched_yield()
             have += list(call.pieces.pop(k)[:count])
             k, dist = k + 1, 2 * dist
         times = {(r + i) % n: have[i] for i in range(n)}
@@ -362,13 +367,13 @@ class GroupTable:
     # --- missing ranks ----------------------------------------------------------------
 
     def absent(self, seq, grace=None):
-        """Ranks that have not entered call ``seq``, the same on every rank that waited
-        (each takes part in a short exchange: call it on every waiting rank)."""
+        """Generator: ranks that have not entered call ``seq``, the same on every rank
+        that waited (each takes part in a short exchange: call it on every waiting rank)."""
         call = self._calls.get(seq)
         if call is None or not call.arrived:
             return []
         if call.named is None:
-            self._name(call, self._grace() if grace is None else grace)
+            yield from self._name(call, self._grace() if grace is None else grace)
         return [r for r in range(self.n) if r not in call.named]
 
     @staticmethod
@@ -406,7 +411,7 @@ class GroupTable:
                     known |= {r for r in range(self.n) if r != call.decision}
                 call.named = known
                 break
-            os.sched_yield()
+            yield self._next(start + (grace / 2 if aggregating else grace))
 
     # --- messages ---------------------------------------------------------------------
 
@@ -416,30 +421,33 @@ class GroupTable:
             call = self._calls[seq] = _Call(seq)
         return call
 
-    def _send(self, call, payload, tag, dest):
-        buf = np.array([call.seq, self.token] + list(payload), np.float64)
-        self._sends.append((self.comm.Isend(buf, dest, tag), buf))
+    def _send(self, call, payload, kind, dest):
+        buf = np.array([call.seq, self.token, kind] + list(payload), np.float64)
+        self._sends.append((self.comm.Isend(buf, dest, self.tag), buf))
         call.sent += 1
         self.sent_total += 1
 
+    def _next(self, until):
+        """The step that waits for the next message of this sequence (or ``until``)."""
+        return Wait([self._recv], until)
+
     def _pump(self, thorough=False):
-        """Take in every message of ours that is here (matched probes, any source);
-        ``thorough``: probe a few more times once none comes (one probe may move only
-        part of what waits in a socket)."""
+        """Take in every message of this sequence that is here; ``thorough``: test a few
+        more times once none comes (one test may move only part of what waits in a socket)."""
         status, empty = self._status, 0
         while True:
-            msg = self.comm.Improbe(MPI.ANY_SOURCE, MPI.ANY_TAG, status)
-            if msg is None:
+            if not self._recv.Test(status):
                 empty += 1
                 if not thorough or empty > _DRAIN:
                     return
                 continue
-            buf = np.empty(status.Get_count(MPI.DOUBLE), np.float64)
-            msg.Recv(buf)
-            self._take(status.Get_source(), status.Get_tag(), buf)
+            buf = self._box[:status.Get_count(MPI.DOUBLE)].copy()
+            self._recv = self.comm.Irecv(self._box, MPI.ANY_SOURCE, self.tag)
+            if len(buf) >= 3:
+                self._take(status.Get_source(), int(buf[2]), buf)
 
     def _take(self, src, tag, buf):
-        if len(buf) < 2 or buf[1] != self.token:
+        if buf[1] != self.token:
             return                      # left over from a freed duplicate: not ours
         seq = int(buf[0])
         if seq > self.seq + 1:
@@ -447,7 +455,7 @@ class GroupTable:
                                "ranks called Allreduce in different sequences")
         if seq < self.seq - _KEEP:
             return
-        call, body = self._call(seq), buf[2:]
+        call, body = self._call(seq), buf[3:]
         if tag == tags.NOTICE:
             call.heard[src] = float(body[0])
         elif tag == tags.REPORT:
@@ -470,8 +478,10 @@ class GroupTable:
                 call.named = {int(x) for x in body}
 
     def free(self):
+        """Before the shared duplicate is freed: nothing of this table stays posted."""
+        self._recv.Cancel()
+        self._recv.Wait()
         for req, _ in self._sends:
             if not req.Test():
                 req.Free()      # completes on its own; nobody waits for it
         self._sends = []
-        self.comm.Free()

@@ -21,29 +21,29 @@ the same promises with the same parts:
 - Timeouts: the ranks whose notice has not come are the missing ones.  A rank that
   waited holds every notice of a rank that arrived (sent first thing), so every such
   rank names the same missing ones.
+
+Each sequence of calls has a table of its own with tags of its own (core/tags.py
+``arrival``), on the duplicate its communicator's tables share.  Its waits are
+generators that yield the receives they wait on (core/steps.py ``Wait``).
 """
 from __future__ import annotations
-
-import os
 
 import numpy as np
 from mpi4py import MPI
 
 from ..core import tags
+from ..core.steps import Wait
 from .arrival import Arrival, coordinator
-from .clock import offsets
-
-_CLOCK_ROUNDS = 8
 
 
 class _Notices:
     """The notices of one call: one receive posted from every other rank."""
 
-    def __init__(self, comm, seq, box, token):
-        self.comm, self.seq, self.box, self.token = comm, seq, box, token
+    def __init__(self, comm, seq, box, token, tag):
+        self.comm, self.seq, self.box, self.token, self.tag = comm, seq, box, token, tag
         me = comm.Get_rank()
         self.ranks = [r for r in range(comm.Get_size()) if r != me]
-        self.requests = [comm.Irecv(box[r], r, tags.NOTICE) for r in self.ranks]
+        self.requests = [comm.Irecv(box[r], r, tag) for r in self.ranks]
         self.heard = {}      # rank -> arrival time
 
     @property
@@ -58,7 +58,7 @@ class _Notices:
         for i in MPI.Request.Testsome(self.requests) or ():
             r = self.ranks[i]
             if self.box[r, 2] != self.token:      # left over from a freed duplicate: not ours
-                self.requests[i] = self.comm.Irecv(self.box[r], r, tags.NOTICE)
+                self.requests[i] = self.comm.Irecv(self.box[r], r, self.tag)
                 continue
             new.append(r)
             if int(self.box[r, 0]) != self.seq:
@@ -75,14 +75,18 @@ class _Notices:
         self.poll()
 
     def wait(self, count, deadline):
-        """Poll until ``count`` notices are in; False if ``deadline`` (an MPI_Wtime) passes first."""
+        """Generator: until ``count`` notices are in; False if ``deadline`` (an MPI_Wtime)
+        passes first."""
         while True:
             self.poll()
             if len(self.heard) >= count:
                 return True
-            if deadline and MPI.Wtime() > deadline:
+            if not (yield self.next(deadline)):
                 return False
-            os.sched_yield()
+
+    def next(self, until):
+        """The step that waits for the next notice (or ``until``)."""
+        return Wait([r for r in self.requests if r], until, any=True)
 
     def cancel(self):
         for req in self.requests:
@@ -95,17 +99,13 @@ class NoticeTable:
     """The arrival table of a small communicator (the interface of arrival.GroupTable)."""
     protocol = "notices"
 
-    def __init__(self, comm):
-        self.comm = comm.Dup()          # our notices never meet the plans' messages
+    def __init__(self, shared, sequence=0):
+        self.comm, self.offset, self.token = shared.comm, shared.offset, shared.token
         self.n, self.rank = self.comm.Get_size(), self.comm.Get_rank()
-        self.offset = offsets(self.comm, _CLOCK_ROUNDS)
+        self.tags = tags.arrival(sequence, tags.NOTICE), tags.arrival(sequence, tags.DECISION)
         self.seq = 0
-        # Notices carry this table's token: one that a freed duplicate left in the MPI's
-        # queue (the last call's notices may still be on the way when it is freed) can
-        # be matched by a later duplicate that reuses the context id; it is dropped.
-        self.token = float(self.comm.bcast(int.from_bytes(os.urandom(6), "little") + 1, root=0))
         self._boxes = (np.zeros((self.n, 3)), np.zeros((self.n, 3)))
-        self._current = _Notices(self.comm, 0, self._boxes[0], self.token)
+        self._current = self._notices(0)
         self._before = None             # notices of the previous call, until its record is built
         self._mine = {}                 # seq -> this rank's arrival time (current and previous)
         self._previous = None
@@ -115,19 +115,22 @@ class NoticeTable:
         self.coordinator = 0
         self.place = 0
 
+    def _notices(self, seq):
+        return _Notices(self.comm, seq, self._boxes[seq % 2], self.token, self.tags[0])
+
     def now(self):
         """This rank's time on rank 0's clock."""
         return MPI.Wtime() - self.offset
 
     def arrive(self, deadline=0.0):
-        """Enter this call: send this rank's notice to every rank; returns how many ranks
-        this rank knew to have arrived before it, or None if ``deadline`` passed while
-        the previous call's notices were still coming."""
+        """Generator: enter this call: send this rank's notice to every rank; returns how
+        many ranks this rank knew to have arrived before it, or None if ``deadline``
+        passed while the previous call's notices were still coming."""
         t = self.now()
         note = np.array([self.seq, t, self.token])
-        self._send(note, tags.NOTICE, [r for r in range(self.n) if r != self.rank])
+        self._send(note, self.tags[0], [r for r in range(self.n) if r != self.rank])
         self._mine[self.seq] = t
-        if self.record_before(deadline) is False:
+        if (yield from self.record_before(deadline)) is False:
             return None
         self.coordinator = coordinator(self._previous, self.n)
         self._current.drain()
@@ -135,10 +138,10 @@ class NoticeTable:
         return self.place
 
     def record_before(self, deadline=0.0):
-        """The record of the previous call, built (once) from its notices; False if
-        ``deadline`` passes before they are all in."""
+        """Generator: the record of the previous call, built (once) from its notices;
+        False if ``deadline`` passes before they are all in."""
         if self._before is not None:
-            if not self._before.wait(self.n - 1, deadline):
+            if not (yield from self._before.wait(self.n - 1, deadline)):
                 return False
             times = dict(self._before.heard)
             times[self.rank] = self._mine.pop(self._before.seq)
@@ -157,15 +160,15 @@ class NoticeTable:
         return set(self._current.heard)
 
     def straggler(self, deadline=0.0):
-        """The rank that arrives last in this call, as the coordinator saw it; None if
-        ``deadline`` (an MPI_Wtime, 0 = never) passes first."""
+        """Generator: the rank that arrives last in this call, as the coordinator saw it;
+        None if ``deadline`` (an MPI_Wtime, 0 = never) passes first."""
         if self.rank == self.coordinator:
-            last = self._decide(deadline)
+            last = yield from self._decide(deadline)
             if last is not None:
                 decision = np.array([self.seq, last, int(self.token)], np.int64)
-                self._send(decision, tags.DECISION, [r for r in range(self.n) if r != self.rank])
+                self._send(decision, self.tags[1], [r for r in range(self.n) if r != self.rank])
             return last
-        got = self._decision(deadline)
+        got = yield from self._decision(deadline)
         if got is None:
             return None
         if int(got[0]) != self.seq:
@@ -177,18 +180,17 @@ class NoticeTable:
         """The coordinator's answer (seq, straggler, token); None if ``deadline`` passes."""
         got = np.zeros(3, np.int64)
         while True:
-            req = self.comm.Irecv(got, self.coordinator, tags.DECISION)
-            while not req.Test():
-                if deadline and MPI.Wtime() > deadline:
-                    req.Cancel()
-                    req.Wait()
-                    return None
-                os.sched_yield()
+            req = self.comm.Irecv(got, self.coordinator, self.tags[1])
+            if not (yield Wait([req], deadline)):
+                req.Cancel()
+                req.Wait()
+                return None
+            req.Wait()
             if got[2] == int(self.token):
                 return got          # else: left over from a freed duplicate
 
     def _decide(self, deadline):
-        """On the coordinator: the one rank missing once n-1 have arrived."""
+        """Generator, on the coordinator: the one rank missing once n-1 have arrived."""
         if self.place == self.n - 1:
             return self.rank            # everyone was here before the coordinator
         notices = self._current
@@ -198,29 +200,32 @@ class NoticeTable:
                 return max(new or notices.heard, key=lambda r: (notices.heard[r], r))
             if len(notices.heard) == self.n - 2:
                 return next(r for r in range(self.n) if r != self.rank and r not in notices.heard)
-            if deadline and MPI.Wtime() > deadline:
+            if not (yield notices.next(deadline)):
                 return None
-            os.sched_yield()
 
     def absent(self, seq, grace=None):
-        """Ranks that have not entered call ``seq`` (the current or the previous one)."""
+        """Generator (that waits for nothing): ranks that have not entered call ``seq``
+        (the current or the previous one)."""
         notices = self._before if self._before is not None and seq == self._before.seq else self._current
         if notices.seq != seq:
             return []
         notices.drain()
         return [r for r in range(self.n) if r != self.rank and r not in notices.heard]
+        yield  # pragma: no cover
 
     def finish(self):
         """This rank is done with the call's roles: listen for the next call's notices."""
         self._before = self._current
         self.seq += 1
-        self._current = _Notices(self.comm, self.seq, self._boxes[self.seq % 2], self.token)
+        self._current = self._notices(self.seq)
         self._sends = [(req, buf) for req, buf in self._sends if not req.Test()]
         self._sent = {s: k for s, k in self._sent.items() if s >= self.seq - 2}
 
     def settle(self, deadline=0.0):
-        """After the plan: nothing to do (the record comes with the next call's notices)."""
+        """Generator: after the plan, nothing to do (the record comes with the next
+        call's notices)."""
         return True
+        yield  # pragma: no cover
 
     def sent_in(self, seq):
         """Arrival messages this rank sent for call ``seq``."""
@@ -236,6 +241,7 @@ class NoticeTable:
         self.sent_total += len(peers)
 
     def free(self):
+        """Before the shared duplicate is freed: nothing of this table stays posted."""
         for notices in (self._before, self._current):
             if notices is not None:
                 notices.cancel()
@@ -243,4 +249,3 @@ class NoticeTable:
             if not req.Test():
                 req.Free()      # completes on its own; nobody waits for it
         self._sends = []
-        self.comm.Free()

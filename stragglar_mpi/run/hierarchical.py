@@ -69,16 +69,18 @@ def hring_plan(nodes, rank, count, extent, in_place, commutative):
                                   commutative)
 
 
-def run_hring(state, args, transport, deadline, memory, commutative):
-    """This rank's plan of the hierarchical ring; returns (end of phase 1 = now, first receive)."""
-    comm, out, dt = state.private, args.out, args.out.datatype
-    _, plan = hring_plan(state.topology.nodes, comm.Get_rank(), out.count, out.extent,
+def run_hring(seq, args, transport, deadline, memory, commutative):
+    """Generator: this rank's plan of the hierarchical ring; returns (end of phase 1 =
+    now, first receive)."""
+    comm, out, dt = seq.private, args.out, args.out.datatype
+    _, plan = hring_plan(seq.topology.nodes, comm.Get_rank(), out.count, out.extent,
                          args.in_place, commutative)
-    with memory.lease(state) as lease:
+    with memory.lease(seq) as lease:
         addresses = (args.src.address, out.address, memory.scratch(lease, plan.scratch_bytes))
         local = memory.local(dt, args.op)
         t_p1 = MPI.Wtime()
-        first = _transport.execute(plan, addresses, comm, dt, args.op, transport, deadline, local)
+        first = yield from _transport.run(plan, addresses, comm, dt, args.op, transport, deadline,
+                                          local, None, seq.tag0)
     return t_p1, first
 
 
@@ -102,9 +104,9 @@ def plan_for(nodes, straggler, rank, count, extent, in_place, commutative, piece
     return plan1, plan2
 
 
-def pieces_of(state, nbytes) -> int:
+def pieces_of(seq, nbytes) -> int:
     """Pieces per slice: the model's for ``nbytes`` and the measured links."""
-    topo, links = state.topology, state.links
+    topo, links = seq.topology, seq.links
     m, k = len(topo.nodes), max(len(node) for node in topo.nodes)
     if links is None:
         return pieces_for(m)
@@ -112,17 +114,19 @@ def pieces_of(state, nbytes) -> int:
                         links.alpha_inter, links.bandwidth_inter)
 
 
-def run(state, straggler, args, transport, deadline, wait, commutative):
-    """Phase 1 (early ranks) and the plan; returns (end of phase 1, first receive)."""
-    comm, out = state.private, args.out
-    rank, topo = comm.Get_rank(), state.topology
-    pieces = pieces_of(state, out.count * out.extent)
+def run(seq, straggler, args, transport, deadline, commutative):
+    """Generator: phase 1 (early ranks) and the plan; returns (end of phase 1, first receive)."""
+    comm, out = seq.private, args.out
+    rank, topo = comm.Get_rank(), seq.topology
+    pieces = pieces_of(seq, out.count * out.extent)
     plan1, plan2 = plan_for(topo.nodes, straggler, rank, out.count, out.extent, args.in_place,
                                commutative, pieces)
-    scratch = state.scratch(max(plan1.scratch_bytes, plan2.scratch_bytes))
+    scratch = seq.scratch(max(plan1.scratch_bytes, plan2.scratch_bytes))
     addresses = (args.src.address, out.address, MPI.buffer(scratch).address)
     if rank != straggler:
-        _transport.execute(plan1, addresses, comm, out.datatype, args.op, transport, deadline)
+        yield from _transport.run(plan1, addresses, comm, out.datatype, args.op, transport,
+                                  deadline, None, None, seq.tag0)
     t_p1 = MPI.Wtime()
-    first = _transport.execute(plan2, addresses, comm, out.datatype, args.op, transport, deadline)
+    first = yield from _transport.run(plan2, addresses, comm, out.datatype, args.op, transport,
+                                      deadline, None, None, seq.tag0)
     return t_p1, first

@@ -1,29 +1,43 @@
 """The MPI's own AllReduce, run for the library (small buffers, ops we do not reduce, auto's pick).
 
-Under a deadline it is an ``Iallreduce`` on the private duplicate waited under it, on
-scratch memory copied out on success: after a timeout the request that cannot be
-cancelled writes there, not into the caller's buffer.
+A blocking call without a deadline calls it on the caller's communicator, as the
+caller would.  Otherwise (a deadline; a nonblocking operation, ``turn`` not None) it is
+an ``Iallreduce`` on the private duplicate, issued in its turn among the collectives
+there (core/state.py ``Turns``) and waited as a step (core/steps.py), on scratch memory
+copied out on success: after a timeout the request that cannot be cancelled writes
+there, not into the caller's buffer.
 """
 from __future__ import annotations
 
 from mpi4py import MPI
 
 from ..core import features as _features
+from ..core.errors import Pending
+from ..core.steps import complete
 from ..memory.buffers import region
-from .phases import wait
 
 
-def native(comm, state, args, memory, deadline):
-    if not deadline:
+def native(comm, seq, args, memory, deadline, turn):
+    """Generator: the native AllReduce of the call (``comm``: the caller's communicator)."""
+    if not deadline and turn.blocking:
+        turn.release()
         for sendbuf, recvbuf in _pieces(args):
             MPI.Intracomm.Allreduce(comm, sendbuf, recvbuf, args.op)
         return
     if not args.out.datatype.is_predefined:
         sendbuf, recvbuf = _specs(args)
-        request = MPI.Intracomm.Iallreduce(state.private, sendbuf, recvbuf, args.op)
-        wait(request, deadline, "the native AllReduce")
+        yield from _issued(seq, sendbuf, recvbuf, args.op, deadline, turn)
         return
-    _on_scratch(state, args, memory, deadline)
+    yield from _on_scratch(seq, args, memory, deadline, turn)
+
+
+def _issued(seq, sendbuf, recvbuf, op, deadline, turn):
+    """Generator: an Iallreduce on the private duplicate in its turn, waited under ``deadline``."""
+    yield from turn.wait(deadline)
+    request = MPI.Intracomm.Iallreduce(seq.private, sendbuf, recvbuf, op)
+    turn.release()
+    if not (yield from complete([request], deadline)):
+        raise Pending((), "the native AllReduce")
 
 
 def _specs(args):
@@ -43,18 +57,17 @@ def _pieces(args):
             for start, length in cuts]
 
 
-def _on_scratch(state, args, memory, deadline):
+def _on_scratch(seq, args, memory, deadline, turn):
     out, src = args.out, args.src
     nbytes, dt = out.count * out.extent, out.datatype
     holes = dt.Get_size() != out.extent       # pair types: keep the caller's padding
-    with memory.lease(state) as lease:
+    with memory.lease(seq) as lease:
         scratch = memory.scratch(lease, 2 * nbytes if holes and not args.in_place else nbytes)
         memory.copy(scratch, (out if holes else src).address, nbytes)
         send = MPI.IN_PLACE
         if holes and not args.in_place:
             send = region(scratch + nbytes, out.count, dt, out.extent)
             memory.copy(scratch + nbytes, src.address, nbytes)
-        request = MPI.Intracomm.Iallreduce(state.private, send, region(scratch, out.count, dt, out.extent),
-                                           args.op)
-        wait(request, deadline, "the native AllReduce")
+        yield from _issued(seq, send, region(scratch, out.count, dt, out.extent), args.op,
+                           deadline, turn)
         memory.copy(out.address, scratch, nbytes)

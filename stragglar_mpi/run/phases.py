@@ -12,8 +12,6 @@ from functools import lru_cache
 
 from mpi4py import MPI
 
-from ..core.errors import Pending
-from ..core.exchange import wait as _test_and_yield
 from .plan import compile_rounds
 from ..schedule import PHASE1, phase1, rank_view
 
@@ -54,12 +52,3 @@ def prepared(name, n, straggler, rank, chunks):
     if kind == "reduce_scatter":
         return frozenset([rank - (rank > straggler)])
     return frozenset(range(chunks))
-
-
-def wait(request, deadline, phase, peers=()):
-    wait_all([request], deadline, phase, peers)
-
-
-def wait_all(requests, deadline, phase, peers=()):
-    if not _test_and_yield(requests, deadline):
-        raise Pending(peers, phase)

@@ -3,6 +3,9 @@
 Both interpret the same plan rows with the same rule (a round's messages are
 posted once the previous round's are complete and its local work synchronised),
 over a memory backend's local operations (_memory): host loops, or device kernels.
+``run`` is a generator (core/steps.py): the compiled transport yields the plan's
+machine (cython_src/_interpreter.pyx ``Machine``), the Python one a ``Wait`` per round,
+and whoever drives the call (the caller's thread, the progress thread) waits for them.
 
 ``STRAGGLAR_TRANSPORT=python`` forces the pure-mpi4py one; a build without the
 extension falls back to it with a one-line warning.
@@ -17,7 +20,8 @@ from ..core import config as _config
 from ..core import features as _features
 from ..core import tags
 from ..core.errors import Mismatch, Pending, size_message
-from ..core.exchange import cancel, unanswered, wait
+from ..core.exchange import cancel, unanswered
+from ..core.steps import Wait
 from ..memory.buffers import region
 from .plan import COPY, RECV, REDUCE, SEND
 
@@ -46,36 +50,40 @@ def name(settings=None) -> str:
     return choice
 
 
-def execute(plan, addresses, comm, datatype, op, transport, deadline=0.0, local=None, rounds=None):
-    """Run ``plan``; return the MPI_Wtime at which its first receive completed (or None).
+def run(plan, addresses, comm, datatype, op, transport, deadline=0.0, local=None, rounds=None,
+        tag0=0):
+    """Generator: run ``plan``; returns the MPI_Wtime at which its first receive completed
+    (or None).
 
     Past ``deadline`` (an MPI_Wtime; 0 = never) the outstanding requests are
     cancelled and ``Pending(peers)`` is raised.  ``local``: the memory backend's
     local operations (None: host memory; see _memory).  ``rounds``: None, or told
-    ``begin(round)`` before each round's messages are posted (_staged).
+    ``begin(round)`` before each round's messages are posted (_staged).  Round r's
+    messages carry tag ``tag0 + r % tags.ROUND_TAGS`` (the sequence's tags).
     """
     if plan.rows.shape[0] == 0:
         return None
     if transport == "cython":
         loop = _interpreter.loop_id(datatype, op)
-        return _interpreter.execute(plan.rows, tuple(addresses), comm, datatype, op, plan.max_requests,
-                            loop, deadline, local, rounds)
+        return (yield _interpreter.Machine(plan.rows, tuple(addresses), comm, datatype, op,
+                                           plan.max_requests, loop, deadline, local, rounds,
+                                           tag0, tags.ROUND_TAGS))
     try:
-        return _execute_python(plan, addresses, comm, datatype, op, deadline, local or _HostLocal(datatype, op),
-                               rounds)
+        return (yield from _run_python(plan, addresses, comm, datatype, op, deadline,
+                                       local or _HostLocal(datatype, op), rounds, tag0))
     except BaseException:
         if local is not None:
             local.sync()      # nothing queued runs on after the call has raised
         raise
 
 
-def _execute_python(plan, addresses, comm, datatype, op, deadline, local, rounds):
+def _run_python(plan, addresses, comm, datatype, op, deadline, local, rounds, tag0):
     extent = datatype.Get_extent()[1]
     posted, first, current, queued = [], None, None, False
     for kind, rnd, peer, buf, off, count, buf2, off2 in plan.rows.tolist():
         if rnd != current or kind in (REDUCE, COPY):
             # A round starts, and local work begins, only when this rank's messages are done.
-            first = _complete(posted, first, deadline, datatype)
+            first = yield from _complete(posted, first, deadline, datatype)
             if queued and rnd != current:
                 local.sync()   # the round's sends may read, its receives overwrite, queued work
                 queued = False
@@ -85,7 +93,7 @@ def _execute_python(plan, addresses, comm, datatype, op, deadline, local, rounds
         a = addresses[buf] + off
         if kind in (RECV, SEND):
             spec = region(a, count, datatype, extent)
-            posted.append((_post(comm, kind, spec, peer, rnd % tags.ROUND_TAGS), peer,
+            posted.append((_post(comm, kind, spec, peer, tag0 + rnd % tags.ROUND_TAGS), peer,
                            count if kind == RECV else -1, rnd))
         elif kind == REDUCE:
             local.reduce(a, addresses[buf2] + off2, count)
@@ -93,7 +101,7 @@ def _execute_python(plan, addresses, comm, datatype, op, deadline, local, rounds
         elif kind == COPY:
             local.copy(a, addresses[buf2] + off2, count * extent)
             queued = True
-    first = _complete(posted, first, deadline, datatype)
+    first = yield from _complete(posted, first, deadline, datatype)
     if queued:
         local.sync()
     return first
@@ -133,14 +141,14 @@ def _post(comm, kind, spec, peer, tag):
 
 
 def _complete(posted, first, deadline, datatype):
-    """Complete the posted requests with a test-and-yield loop (never a blocking spin);
-    every receive must bring the count the plan expects."""
+    """Generator: complete the posted requests (its driver tests and yields, never a
+    blocking spin); every receive must bring the count the plan expects."""
     if not posted:
         return first
     reqs = [r for r, *_ in posted]
     statuses = [MPI.Status() for _ in reqs]
     try:
-        done = wait(reqs, deadline, statuses)
+        done = (yield Wait(reqs, deadline)) and MPI.Request.Testall(reqs, statuses)
     except MPI.Exception as exc:
         cancel(reqs)
         raise _status_error(exc, posted, statuses, datatype) from None

@@ -4,7 +4,6 @@ Cancel and Free, mpi4py's Waitall over a mix, errors and timeouts.
 Expected values come from formulas, so every test passes at any world size."""
 import random
 import time
-from contextlib import ExitStack
 
 import numpy as np
 import pytest
@@ -148,16 +147,14 @@ def _native_persistent(comm):
 
 
 def test_cancel_of_a_queued_operation(comm):
-    from stragglar_mpi.call import requests as _requests
+    from stragglar_mpi.core.state import LANES
+    from stragglar_mpi.run.engine import ENGINE
     buf = np.full(100, 5.0)
-    for _ in range(_requests.LANES):                           # sets every lane up
-        Iallreduce(comm, MPI.IN_PLACE, np.ones(10)).Wait()
-    lanes = comm.Get_attr(_requests._KEYVAL)
-    with ExitStack() as held:     # no thread can take its next operation meanwhile
-        for lane in lanes.lanes:
-            held.enter_context(lane._cond)
-        request = Iallreduce(comm, MPI.IN_PLACE, buf)
+    with ENGINE._cond:            # the progress thread starts nothing meanwhile
+        ahead = [Iallreduce(comm, MPI.IN_PLACE, np.ones(10)) for _ in range(LANES)]  # a lane each
+        request = Iallreduce(comm, MPI.IN_PLACE, buf)          # queued behind the first
         request.Cancel()          # every rank cancels it before it starts
+    MPI.Request.Waitall(ahead)
     status = MPI.Status()
     request.Wait(status)
     assert status.Is_cancelled() and np.all(buf == 5.0)
@@ -176,9 +173,9 @@ def test_cancel_of_a_started_operation_raises_and_it_completes(comm):
         time.sleep(0.2)
     request = Iallreduce(comm, MPI.IN_PLACE, buf, algorithm="stragglar", straggler=n - 1)
     if rank != n - 1:
-        while request._call.state == "queued":
+        while request._call.operation.state == "queued":
             time.sleep(0.001)
-        if request._call.state == "running":         # waiting for the late rank
+        if request._call.operation.state == "running":       # waiting for the late rank
             with pytest.raises(RuntimeError, match="cannot be cancelled"):
                 request.Cancel()
     status = MPI.Status()

@@ -1,0 +1,151 @@
+"""The progress engine: one thread per process that advances every nonblocking operation.
+
+An operation is a generator of steps (core/steps.py): the call's path after bind,
+the same one a blocking call drives in its own thread.  The thread polls the step
+each operation waits on, plan machines and waits alike, in compiled code without the
+GIL (cython_src/_interpreter.pyx ``serve``); it takes the GIL only to resume an
+operation whose step is over, which runs the operation's Python until its next step.
+So phase 1 and the plan progress while the caller's Python computes.
+
+Operations of one lane (core/state.py ``Lane``) run one at a time, in call order; the
+lanes of a communicator, and different communicators, run at once.  The thread starts
+with the first operation and sleeps (blocked, no CPU) while there is none.
+"""
+from __future__ import annotations
+
+import threading
+from collections import deque
+
+from ..core.steps import Wait
+
+try:
+    from . import _interpreter
+except ImportError:   # a source checkout without the build: no progress thread
+    _interpreter = None
+
+QUEUED, RUNNING, DONE, CANCELLED = "queued", "running", "done", "cancelled"
+
+
+class Operation:
+    """A generator of steps and what became of it; ``done(op)`` is told when it ends
+    (``error`` holds what it raised, ``result`` what it returned)."""
+
+    def __init__(self, steps, lane, done):
+        self.steps, self.lane, self._done = steps, lane, done
+        self.state, self.step, self.error, self.result = QUEUED, None, None, None
+        self.engine = None
+
+    def advance(self, value=None, error=None):
+        """Run the operation's Python until its next step (False: it has ended)."""
+        while True:
+            try:
+                step = self.steps.throw(error) if error is not None else self.steps.send(value)
+            except StopIteration as stop:
+                return self._end(DONE, None, stop.value)
+            except BaseException as exc:      # handed to Wait / Test on this rank
+                return self._end(DONE, exc, None)
+            self.step = _interpreter.Waiting(step.requests, step.until, step.any) \
+                if isinstance(step, Wait) else step
+            return True
+
+    def outcome(self):
+        """(value, error) of the step just over."""
+        if isinstance(self.step, _interpreter.Waiting):
+            return self.step.result(), None
+        try:
+            return self.step.result(), None
+        except BaseException as exc:
+            return None, exc
+
+    def _end(self, state, error, result):
+        self.state, self.error, self.result, self.step = state, error, result, None
+        self.engine.ended(self)
+        self._done(self)
+        return False
+
+
+class Engine:
+    """The process's progress thread and the lanes' queues."""
+
+    def __init__(self):
+        self._cond = threading.Condition()
+        self._queues = {}        # lane -> deque of its operations, the running one first
+        self._new = []           # operations whose turn in their lane has come
+        self._active = []        # operations the thread polls
+        self._thread = None
+        self._closing = False
+
+    def submit(self, op):
+        """Queue ``op`` behind the operations of its lane."""
+        if _interpreter is None:
+            raise RuntimeError("stragglar_mpi: nonblocking calls need the compiled extensions "
+                               "(pip install . builds them)")
+        op.engine = self
+        with self._cond:
+            queue = self._queues.setdefault(op.lane, deque())
+            queue.append(op)
+            if len(queue) == 1:
+                self._start(op)
+            if self._thread is None:
+                self._thread = threading.Thread(target=_interpreter.serve, args=(self,),
+                                                daemon=True, name="stragglar_mpi progress")
+                self._thread.start()
+
+    def cancel(self, op):
+        """Cancel ``op`` if it has not started (True); False once it runs."""
+        with self._cond:
+            if op.state != QUEUED:
+                return op.state == CANCELLED
+            self._queues[op.lane].remove(op)
+            op.state = CANCELLED
+            return True
+
+    def close(self):
+        """No more operations: the thread ends once those queued have ended."""
+        with self._cond:
+            self._closing = True
+            self._cond.notify()
+        _interpreter.wake() if _interpreter is not None else None
+        if self._thread is not None:
+            self._thread.join()
+
+    # --- on the thread ------------------------------------------------------------------
+
+    def runnable(self):
+        """The operations to poll (each has a step), or None to stop; blocks while none."""
+        with self._cond:
+            while not (self._new or self._active or self._closing):
+                self._cond.wait()
+            if not (self._new or self._active or any(self._queues.values())):
+                return None
+            starting, self._new = self._new, []
+        for op in starting:
+            if op.advance():
+                self._active.append(op)
+        return list(self._active)
+
+    def resume(self, done):
+        """Advance each operation whose step is over to its next step."""
+        for op in done:
+            value, error = op.outcome()
+            if not op.advance(value, error):
+                self._active.remove(op)
+
+    def _start(self, op):
+        op.state = RUNNING
+        self._new.append(op)
+        self._cond.notify()
+        _interpreter.wake()
+
+    def ended(self, op):
+        """``op`` has ended: the next of its lane starts (called by the operation)."""
+        with self._cond:
+            queue = self._queues[op.lane]
+            queue.popleft()
+            if queue:
+                self._start(queue[0])
+            else:
+                del self._queues[op.lane]
+
+
+ENGINE = Engine()
