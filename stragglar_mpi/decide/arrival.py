@@ -191,8 +191,10 @@ class GroupTable:
         yield  # pragma: no cover  (a generator, as every table's arrive)
 
     def record_before(self, deadline=0.0):
-        """The newest record (the previous tracked call's, once it completed)."""
+        """Generator (that waits for nothing): the newest record (the previous tracked
+        call's, once it completed)."""
         return self._latest
+        yield  # pragma: no cover
 
     def previous(self):
         """The record of the previous tracked call, or None (before the first)."""

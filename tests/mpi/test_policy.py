@@ -7,7 +7,7 @@ import pytest
 from mpi4py import MPI
 
 from stragglar_mpi import Allreduce, stats
-from stragglar_mpi.core.tags import DECISION as _TAG_DECISION
+from stragglar_mpi.core.steps import drive
 from stragglar_mpi.decide.arrival import coordinator
 from stragglar_mpi.decide.policy import synchronous_algorithm
 from stragglar_mpi.call.allreduce import state_of
@@ -29,12 +29,12 @@ def arrive_after_everyone_else(c):
     """Block until the next call's roles are settled without this rank: the coordinator
     has every other rank's notice (and has sent its answer, when it is another rank)."""
     arrivals = state_of(c).arrivals()
-    lead = coordinator(arrivals.record_before(), arrivals.n)
+    lead = coordinator(drive(arrivals.record_before()), arrivals.n)
     while True:
         if lead == c.Get_rank():
             if len(arrivals.heard()) == arrivals.n - 1:
                 return
-        elif arrivals.comm.Iprobe(lead, _TAG_DECISION):
+        elif arrivals.comm.Iprobe(lead, arrivals.tags[1]):
             return
         time.sleep(0.0002)
 

@@ -28,6 +28,7 @@ from mpi4py import MPI
 
 from stragglar_mpi import Allreduce, StragglerTimeout, configure, stats
 from stragglar_mpi.call.allreduce import state_of
+from stragglar_mpi.core.steps import drive
 
 
 def late_part(world, args):
@@ -91,7 +92,7 @@ def roles_of(c):
     a table of notices to every rank (below STRAGGLAR_ARRIVAL_GROUPS) has no groups."""
     from stragglar_mpi.decide.arrival import aggregators_of, coordinator
     arrivals = state_of(c).arrivals()
-    previous = arrivals.record_before()
+    previous = drive(arrivals.record_before())
     if arrivals.protocol != "groups":
         return coordinator(previous, arrivals.n), (), ()
     return coordinator(previous, arrivals.n), aggregators_of(arrivals.groups, previous), arrivals.groups
