@@ -112,11 +112,11 @@ class _Spec:
 
     def steps(self, lane, turn):
         """Generator: the operation, on the progress thread."""
-        yield from _ready(self.state)
-        if self.device is not None:    # kernels and copies on the caller's GPU
-            _cuda.numba_cuda().select_device(self.device)
         settings, t_call, deadline = _allreduce.clock()
         try:
+            yield from _ready(self.state)
+            if self.device is not None:    # kernels and copies on the caller's GPU
+                _cuda.numba_cuda().select_device(self.device)
             args = self.args
             if args is None:
                 checked = lambda: check(self.comm, *self.given, settings)  # noqa: E731

@@ -35,7 +35,7 @@ from mpi4py import MPI
 
 from . import tags
 from .errors import Pending
-from .exchange import Exchange, cancel, wait
+from .exchange import Exchange, absent, cancel, wait
 from .lifetime import ARRIVALS, PROCESS
 from .steps import pause
 
@@ -228,6 +228,13 @@ class State(Sequence):
         if self._joining is not None:
             self._private = self._joined(comm, deadline, *self._joining)
             self._joining = None
+            if deadline and comm.Get_size() > 1:
+                # A rank that comes after the others gave up completes their Idup (it was
+                # posted with the presence messages): it must not block in what follows.
+                missing = absent(self._private, deadline, tags.setup())
+                if missing:
+                    raise Pending(missing, _SETUP + ": the other ranks may have given up "
+                                  "waiting for this rank")
         # Every member has joined the Idup: what follows cannot wait for long.  The same
         # key on every member: arrival tables are freed at exit in key order, so ranks
         # that share several communicators never wait on each other crosswise.
@@ -240,7 +247,7 @@ class State(Sequence):
         missing = presence.silent(deadline) if presence is not None else []
         if missing:
             presence.cancel()
-            cancel([request], private)     # MPI completes the Idup into it later: keep it
+            cancel([], private, request)   # MPI completes the Idup into them later: keep them
             raise Pending(missing, _SETUP, missing=missing)
         if not wait([request], deadline):
             cancel([], private, request)
@@ -320,7 +327,8 @@ def setup_state(comm, deadline=0.0, bindings=None, collective=None) -> State:
     if state is None:
         state = State(bindings() if bindings else None)
         comm.Set_attr(KEYVAL, state)
-        _set_up(state, lambda: state.setup(comm, deadline, collective))
+        if _set_up(state, lambda: state.setup(comm, deadline, collective)):
+            raise state.setup_error
         return state
     if not state.ready.is_set() and not _wait_ready(state, deadline):
         raise Pending([], _SETUP + ": a nonblocking call's setup of it has not ended")
@@ -339,27 +347,29 @@ def begin_setup(comm, deadline=0.0, bindings=None, collective=None, blocking=Fal
         return state
     state = State(bindings() if bindings else None)
     comm.Set_attr(KEYVAL, state)
-    _set_up(state, lambda: state.join(comm, deadline), done=False)
+    if _set_up(state, lambda: state.join(comm, deadline), done=False):
+        return state                 # the operation raises the error from Wait
     rest = lambda: _set_up(state, lambda: state.finish(comm, deadline, collective))  # noqa: E731
-    if state.broken or blocking:
-        rest() if not state.broken else state.ready.set()
+    if blocking:
+        rest()
     else:
         threading.Thread(target=rest, daemon=True, name="stragglar_mpi setup").start()
     return state
 
 
 def _set_up(state, step, done=True):
+    """Run a part of the setup; True if it failed (``state.setup_error`` says why, and
+    the state is broken and ready).  ``done``: the last part (the state is then ready)."""
     try:
         step()
     except BaseException as exc:
         state.broken = state.broken or f"its setup failed ({type(exc).__name__}: {exc})"
         state.setup_error = exc
         state.ready.set()
-        if done:
-            raise
-        return
+        return True
     if done:
         state.ready.set()
+    return False
 
 
 def _wait_ready(state, deadline):

@@ -257,7 +257,7 @@ def test_missing_rank_in_a_nonblocking_call_raises_from_wait(comm):
     timing_size(comm)
     rank, late = comm.Get_rank(), 2
     c = comm.Dup()
-    Iallreduce(c, MPI.IN_PLACE, np.ones(64)).Wait()           # the shadow exists on all
+    Iallreduce(c, MPI.IN_PLACE, np.ones(64)).Wait()           # set up on all
     with env(STRAGGLAR_TIMEOUT=TIMEOUT):
         comm.Barrier()
         if rank == late:
@@ -298,5 +298,5 @@ def test_missing_rank_at_the_first_nonblocking_call(comm):
     comm.Barrier()
     assert waited < TIMEOUT + 2.5
     if rank != late:
-        assert "duplicate" in info.value.phase, info.value.phase
+        assert "setup" in info.value.phase, info.value.phase
         assert info.value.missing == (late,) and f"rank(s) {late} did not arrive" in str(info.value)
