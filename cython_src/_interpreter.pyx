@@ -25,6 +25,7 @@ from mpi4py.libmpi cimport (
     MPI_SUCCESS, MPI_REQUEST_NULL, MPI_STATUSES_IGNORE, MPI_ERR_IN_STATUS, MPI_ERR_PENDING,
     MPI_Testall, MPI_Test, MPI_Cancel, MPI_Request_free, MPI_STATUS_IGNORE,
     MPI_Type_get_extent, MPI_BYTE, MPI_Wtime, MPI_Get_elements_x, MPI_Request_get_status,
+    MPI_Iprobe, MPI_ANY_SOURCE,
 )
 from libc.string cimport memcpy
 from libc.stdint cimport int32_t, int64_t, uintptr_t
@@ -445,18 +446,26 @@ cdef _raise(Posted *p, int ierr, MPI.Datatype dtype):
 
 cdef struct Watch:
     # A wait for requests that someone else completes afterwards (MPI_Request_get_status
-    # tests without freeing them): the arrival messages, a native collective, a timer.
+    # tests without freeing them): the arrival messages, a native collective, a timer;
+    # or for a message to be there (MPI_Iprobe from any rank with ``tag`` on ``comm``).
     MPI_Request *reqs
     int n
     int need          # how many must have completed: n (all) or 1 (any)
     double until      # MPI_Wtime after which the wait is over unmet (0: never)
+    bint probe
+    MPI_Comm comm
+    int tag
     int status
 
 
 cdef int _poll_watch(Watch *w) noexcept nogil:
-    cdef int i, flag, done = 0
+    cdef int i, flag = 0, done = 0
     if w.status != PENDING:
         return w.status
+    if w.probe:
+        if MPI_Iprobe(MPI_ANY_SOURCE, w.tag, w.comm, &flag, MPI_STATUS_IGNORE) != MPI_SUCCESS or flag:
+            w.status = FINISHED
+            return FINISHED
     for i in range(w.n):
         flag = 0
         if MPI_Request_get_status(w.reqs[i], &flag, MPI_STATUS_IGNORE) != MPI_SUCCESS or flag:
@@ -470,24 +479,28 @@ cdef int _poll_watch(Watch *w) noexcept nogil:
 
 
 cdef class Waiting:
-    """A wait for mpi4py requests (all of them, or any one) or a time, polled without the
-    GIL; it completes nothing: the code that waited then completes them (Test, Wait)."""
+    """A wait for mpi4py requests (all of them, or any one), for a message to probe
+    (``probe``: (communicator, tag)) or a time, polled without the GIL; it completes
+    nothing: the code that waited then completes them (Test, Wait, Mrecv)."""
     cdef Watch w
     cdef object _keep
 
-    def __cinit__(self, requests, double until=0.0, bint any=False):
+    def __cinit__(self, requests, double until=0.0, bint any=False, probe=None):
         cdef int i
         reqs = list(requests)
-        self._keep = reqs
+        self._keep = (reqs, probe)
         self.w.n = len(reqs)
         self.w.need = 1 if (any and self.w.n) else self.w.n
         self.w.until, self.w.status = until, PENDING
+        self.w.probe = probe is not None
+        if probe is not None:
+            self.w.comm, self.w.tag = (<MPI.Comm?>probe[0]).ob_mpi, probe[1]
         self.w.reqs = <MPI_Request *>malloc(max(self.w.n, 1) * sizeof(MPI_Request))
         if self.w.reqs == NULL:
             raise MemoryError()
         for i in range(self.w.n):
             self.w.reqs[i] = (<MPI.Request?>reqs[i]).ob_mpi
-        if self.w.n == 0 and until <= 0:
+        if self.w.n == 0 and until <= 0 and probe is None:
             self.w.status = FINISHED          # nothing to wait for
 
     def __dealloc__(self):

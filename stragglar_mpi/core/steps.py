@@ -5,9 +5,11 @@ sends back the outcome.  A blocking call drives its own in the caller's thread
 (``drive``); a nonblocking one is driven by the progress thread (run/engine.py),
 which polls the steps of every operation in flight without the GIL.  Two kinds:
 
-- ``Wait``: requests to complete (all, or any one) or a time to pass; it completes
-  nothing: the code that waited then completes them (``Test``, ``Wait``), so the
-  driver never touches an mpi4py request behind its back;
+- ``Wait``: requests to complete (all, or any one), a message to arrive (``probe``:
+  from any rank, with a tag, on a communicator: no receive from any rank stays posted,
+  which MPICH's shared-memory-plus-network matching does not always match) or a time
+  to pass; it completes nothing: the code that waited then completes them (``Test``,
+  ``Wait``, ``Mrecv``), so the driver never touches an mpi4py request behind its back;
 - a plan machine (run/transport.py, cython_src/_interpreter.pyx): a rank's plan.
 
 Every step has ``run()``: wait for it here, test and yield; the outcome.
@@ -20,21 +22,24 @@ from mpi4py import MPI
 
 
 class Wait:
-    """Until ``requests`` complete (all of them, or ``any`` one) or MPI_Wtime passes
-    ``until`` (0: never); the outcome is True, or False when the time ran out first."""
-    __slots__ = ("requests", "until", "any")
+    """Until ``requests`` complete (all of them, or ``any`` one), a message can be probed
+    (``probe``: (communicator, tag), from any rank) or MPI_Wtime passes ``until`` (0:
+    never); the outcome is True, or False when the time ran out first."""
+    __slots__ = ("requests", "until", "any", "probe")
 
-    def __init__(self, requests=(), until=0.0, any=False):
-        self.requests, self.until, self.any = list(requests), until, any
+    def __init__(self, requests=(), until=0.0, any=False, probe=None):
+        self.requests, self.until, self.any, self.probe = list(requests), until, any, probe
 
     def run(self):
         need = 1 if self.any and self.requests else len(self.requests)
         while True:
+            if self.probe is not None and self.probe[0].Iprobe(MPI.ANY_SOURCE, self.probe[1]):
+                return True
             if need and sum(map(_complete, self.requests)) >= need:
                 return True
             if self.until and MPI.Wtime() > self.until:
                 return False
-            if not (need or self.until):
+            if not (need or self.until or self.probe):
                 return True
             os.sched_yield()
 

@@ -9,9 +9,9 @@ ones send a notice to every rank (decide/notices.py: fewer rounds of latency the
 Each sequence of calls (core/state.py: the blocking calls, each nonblocking lane) has a
 table of its own, on the duplicate its communicator's tables share, with a tag of its
 own (core/tags.py ``arrival``): every message of a sequence has that tag, its kind
-inside.  A table takes its messages in through one receive from any rank that stays
-posted, so whoever drives a call waits on that request (core/steps.py ``Wait``) and
-the table itself never waits: its waits are generators.
+inside.  A table takes its messages in by matched probes (no receive from any rank
+stays posted), and whoever drives a call waits until one can be probed (core/steps.py
+``Wait``): the table itself never waits, its waits are generators.
 
 - Groups: the ranks in node order, cut into groups of about sqrt(n) (at least 2).
   Each group has two *aggregators*: its two members that came first in the previous
@@ -161,9 +161,6 @@ class GroupTable:
         self._latest = None             # the newest record (the next call's roles follow it)
         self._sends = []                # (request, buffer) still in flight
         self._status = MPI.Status()
-        # The longest message: the record's half of every time, or a list of every rank.
-        self._box = np.zeros(self.n + 8, np.float64)
-        self._recv = self.comm.Irecv(self._box, MPI.ANY_SOURCE, self.tag)
         self.sent_total = 0             # arrival messages this rank sent in this sequence
         self.coordinator = 0
         self.place = 0
@@ -431,20 +428,22 @@ class GroupTable:
 
     def _next(self, until):
         """The step that waits for the next message of this sequence (or ``until``)."""
-        return Wait([self._recv], until)
+        return Wait((), until, probe=(self.comm, self.tag))
 
     def _pump(self, thorough=False):
-        """Take in every message of this sequence that is here; ``thorough``: test a few
-        more times once none comes (one test may move only part of what waits in a socket)."""
+        """Take in every message of this sequence that is here (matched probes, any
+        source); ``thorough``: probe a few more times once none comes (one probe may
+        move only part of what waits in a socket)."""
         status, empty = self._status, 0
         while True:
-            if not self._recv.Test(status):
+            msg = self.comm.Improbe(MPI.ANY_SOURCE, self.tag, status)
+            if msg is None:
                 empty += 1
                 if not thorough or empty > _DRAIN:
                     return
                 continue
-            buf = self._box[:status.Get_count(MPI.DOUBLE)].copy()
-            self._recv = self.comm.Irecv(self._box, MPI.ANY_SOURCE, self.tag)
+            buf = np.empty(status.Get_count(MPI.DOUBLE), np.float64)
+            msg.Recv(buf)
             if len(buf) >= 3:
                 self._take(status.Get_source(), int(buf[2]), buf)
 
@@ -481,8 +480,6 @@ class GroupTable:
 
     def free(self):
         """Before the shared duplicate is freed: nothing of this table stays posted."""
-        self._recv.Cancel()
-        self._recv.Wait()
         for req, _ in self._sends:
             if not req.Test():
                 req.Free()      # completes on its own; nobody waits for it

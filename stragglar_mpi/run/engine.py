@@ -44,7 +44,7 @@ class Operation:
                 return self._end(DONE, None, stop.value)
             except BaseException as exc:      # handed to Wait / Test on this rank
                 return self._end(DONE, exc, None)
-            self.step = _interpreter.Waiting(step.requests, step.until, step.any) \
+            self.step = _interpreter.Waiting(step.requests, step.until, step.any, step.probe) \
                 if isinstance(step, Wait) else step
             return True
 
