@@ -123,10 +123,6 @@ def steps(comm, seq, args, settings, t_call, deadline, turn):
         raise RuntimeError(f"stragglar_mpi: this communicator is unusable after: {seq.broken}")
     try:
         name, straggler, tracked = yield from _decide(seq, args, deadline)
-        if name == "hierarchical" and args.route == "device":
-            # Its phase 1 folds with MPI_Reduce_local in host scratch: device pointers are
-            # staged, so that every rank runs the same algorithm whatever its memory.
-            args = args.via("staged")
         transport = None if name == "native" else _transport.name(settings)
         t_p1, first = yield from execute(comm, seq, name, straggler, args, transport, deadline, turn)
     finally:

@@ -36,7 +36,8 @@ def execute(comm, seq, name, straggler, args, transport, deadline, turn, staging
     turn.release()                # no collective in what follows
     commutative = exactly_commutative(args.op, args.out.datatype)
     if name == "hierarchical":
-        return (yield from _hierarchical.run(seq, straggler, args, transport, deadline, commutative))
+        return (yield from _hierarchical.run(seq, straggler, args, transport, deadline,
+                                             MEMORY[args.route], commutative))
     if name == "hring":
         return (yield from _hierarchical.run_hring(seq, args, transport, deadline,
                                                    MEMORY[args.route], commutative))

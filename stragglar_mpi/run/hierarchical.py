@@ -114,19 +114,23 @@ def pieces_of(seq, nbytes) -> int:
                         links.alpha_inter, links.bandwidth_inter)
 
 
-def run(seq, straggler, args, transport, deadline, commutative):
-    """Generator: phase 1 (early ranks) and the plan; returns (end of phase 1, first receive)."""
-    comm, out = seq.private, args.out
+def run(seq, straggler, args, transport, deadline, memory, commutative):
+    """Generator: phase 1 (early ranks) and the plan, in the call's memory (``memory``: a
+    backend; device pointers with a CUDA-aware MPI, their REDUCE rows as kernels);
+    returns (end of phase 1, first receive)."""
+    comm, out, dt = seq.private, args.out, args.out.datatype
     rank, topo = comm.Get_rank(), seq.topology
     pieces = pieces_of(seq, out.count * out.extent)
     plan1, plan2 = plan_for(topo.nodes, straggler, rank, out.count, out.extent, args.in_place,
                                commutative, pieces)
-    scratch = seq.scratch(max(plan1.scratch_bytes, plan2.scratch_bytes))
-    addresses = (args.src.address, out.address, MPI.buffer(scratch).address)
-    if rank != straggler:
-        yield from _transport.run(plan1, addresses, comm, out.datatype, args.op, transport,
-                                  deadline, None, None, seq.tag0)
-    t_p1 = MPI.Wtime()
-    first = yield from _transport.run(plan2, addresses, comm, out.datatype, args.op, transport,
-                                      deadline, None, None, seq.tag0)
+    with memory.lease(seq) as lease:
+        scratch = memory.scratch(lease, max(plan1.scratch_bytes, plan2.scratch_bytes))
+        addresses = (args.src.address, out.address, scratch)
+        local = memory.local(dt, args.op)
+        if rank != straggler:
+            yield from _transport.run(plan1, addresses, comm, dt, args.op, transport, deadline,
+                                      local, None, seq.tag0)
+        t_p1 = MPI.Wtime()
+        first = yield from _transport.run(plan2, addresses, comm, dt, args.op, transport, deadline,
+                                          local, None, seq.tag0)
     return t_p1, first

@@ -131,8 +131,8 @@ def test_auto_takes_a_straggler_aware_algorithm_across_nodes(setenv):
 @pytest.mark.parametrize("aware", ["1", "0"])
 def test_device_and_host_ranks_in_one_hierarchical_call(laid_out, setenv, aware):
     # Even ranks pass device arrays (Numba's simulator here), odd ranks host arrays: every
-    # rank must run the same algorithm whatever its memory (device pointers are staged
-    # for hierarchical), with the straggler on each node in turn.
+    # rank must run the same algorithm whatever its memory, with the straggler on each
+    # node in turn.
     cuda = pytest.importorskip("numba.cuda")
     if not cuda.is_available():
         pytest.skip("no CUDA device and no simulator")
@@ -153,3 +153,28 @@ def test_device_and_host_ranks_in_one_hierarchical_call(laid_out, setenv, aware)
         assert len(set(ran)) == 1, ran
         if n > 1:
             assert ran[0] == ("hierarchical" if _hierarchical_here(comm, straggler) else "stragglar")
+
+
+@pytest.mark.parametrize("code,opname", [("d", "SUM"), ("f", "MAX"), ("i", "PROD")])
+def test_device_buffers_run_the_schedules_on_the_device(laid_out, setenv, code, opname):
+    # With a CUDA-aware MPI (forced: the simulator's device memory is host memory) device
+    # buffers run both phases with device pointers and kernels, not staged, and give the
+    # host path's bits.
+    cuda = pytest.importorskip("numba.cuda")
+    if not cuda.is_available():
+        pytest.skip("no CUDA device and no simulator")
+    setenv(STRAGGLAR_CUDA_AWARE="1")
+    comm = laid_out
+    n, rank = comm.Get_size(), comm.Get_rank()
+    for straggler in sorted({0, n - 1}):
+        for in_place in (False, True):
+            send = contribution(rank, n, 3 * n + 2, code, opname)
+            want = send.copy()
+            Allreduce(comm, MPI.IN_PLACE, want, getattr(MPI, opname), straggler=straggler,
+                      algorithm="hierarchical")
+            dsend = cuda.to_device(send)
+            out = dsend if in_place else cuda.to_device(np.zeros_like(send))
+            Allreduce(comm, MPI.IN_PLACE if in_place else dsend, out, getattr(MPI, opname),
+                      straggler=straggler, algorithm="hierarchical")
+            assert stats(comm)["last"]["memory"] == ("device" if n > 1 else "host")
+            assert out.copy_to_host().tobytes() == want.tobytes(), (straggler, in_place)
