@@ -34,9 +34,11 @@ class Operation:
         self.steps, self.lane, self._done = steps, lane, done
         self.state, self.step, self.error, self.result = QUEUED, None, None, None
         self.engine = None
+        self.resumes = 0         # times the thread took the GIL to run it to its next step
 
     def advance(self, value=None, error=None):
         """Run the operation's Python until its next step (False: it has ended)."""
+        self.resumes += 1
         while True:
             try:
                 step = self.steps.throw(error) if error is not None else self.steps.send(value)

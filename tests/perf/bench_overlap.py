@@ -17,7 +17,7 @@ early rank's time after the straggler arrived:
 
 for StragglAR (straggler = last rank) and for native MPI (mpi4py's own calls), side
 by side in one run, methods interleaved within each iteration.  ``ratio`` is the
-Iallreduce Wait over the blocking StragglAR post-arrival (the target: <= 1.2x);
+Iallreduce Wait over the blocking StragglAR post-arrival (the target: <= 1.3x);
 ``phase 1`` is how long the background phase 1 took (stats ``reduce_scatter``).
 """
 import argparse
@@ -79,7 +79,7 @@ def once(comm, method, send, recv, delay, busy=0.0):
     return after, bool(np.all(recv == n * (n + 1) / 2))
 
 
-WARMUP = 4      # iterations left out: the first reaches every lane (a duplicate's setup each)
+WARMUP = 4      # iterations left out: the first sets the communicator up, then caches fill
 METHODS = ["stragglar blocking", "stragglar Iallreduce", "native blocking", "native Iallreduce"]
 
 
