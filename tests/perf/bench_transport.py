@@ -26,17 +26,18 @@ VARIANTS = [("native", None), ("stragglar", "python"), ("stragglar", "cython")]
 
 
 class PlanClock:
-    """Wraps the plan executor to note when this rank starts and ends its plan."""
+    """Wraps the plan runner (a generator of steps) to note when this rank starts and
+    ends its plan."""
 
     def __init__(self):
         self.start = self.end = 0.0
-        self.execute = _transport.execute
-        _transport.execute = self
+        self.run = _transport.run
+        _transport.run = self
 
     def __call__(self, *args, **kwargs):
         self.start = MPI.Wtime()
         try:
-            return self.execute(*args, **kwargs)
+            return (yield from self.run(*args, **kwargs))
         finally:
             self.end = MPI.Wtime()
 
