@@ -81,8 +81,9 @@ cdef enum:
     FAILED = 2          # a Machine failed (result() raises); a Waiting ran out of time
 
 cdef enum:
-    IDLE_SPINS = 2000        # empty passes of serve() before it naps between them
     IDLE_NAP_NS = 50000      # 50 us
+
+cdef double IDLE_SPIN_S = 0.01   # serve() naps between passes only after 10 ms without a step
 
 
 
@@ -552,12 +553,14 @@ cdef inline int _poll(void *step, bint machine) noexcept nogil:
     return _poll_run(<Run *>step) if machine else _poll_watch(<Watch *>step)
 
 
-cdef void _rest(long idle) noexcept nogil:
-    # Nothing was ready: give the core away.  Past IDLE_SPINS empty passes (an operation
-    # that waits for a late rank) sleep a little each time, so that a waiting thread does
-    # not take a core from the caller's compute on a full node.
+cdef void _rest(double quiet) noexcept nogil:
+    # Nothing was ready: give the core away.  After IDLE_SPIN_S without a plan row done
+    # (an operation that waits for a late rank) sleep a little each time, so that a
+    # waiting thread does not take a core from the caller's compute on a full node.  A
+    # plan that moves resets the clock: an MPI may copy a large message only while it
+    # is polled, so naps between the polls of a running plan would slow its transfers.
     cdef timespec nap
-    if idle < IDLE_SPINS:
+    if quiet < IDLE_SPIN_S:
         sched_yield()
     else:
         nap.tv_sec, nap.tv_nsec = 0, IDLE_NAP_NS
@@ -574,7 +577,8 @@ def serve(engine):
     cdef int *machine = NULL
     cdef int *codes = NULL
     cdef bint hit
-    cdef long idle
+    cdef Py_ssize_t moved, rows
+    cdef double since
     try:
         while True:
             smpi_store(&_woken, 0)        # a wake from here on is seen by the loop below
@@ -597,17 +601,20 @@ def serve(engine):
                     steps[k], machine[k] = <void *>&(<Machine>step).m, 1
                 else:
                     steps[k], machine[k] = <void *>&(<Waiting?>step).w, 0
-            idle = 0
             with nogil:
+                since, moved = MPI_Wtime(), -1
                 while True:
-                    hit = False
+                    hit, rows = False, 0
                     for k in range(n):
                         codes[k] = _poll(steps[k], machine[k])
                         hit = hit or codes[k] != PENDING
+                        if machine[k]:
+                            rows += (<Run *>steps[k]).row
                     if hit or smpi_load(&_woken):
                         break
-                    idle += 1
-                    _rest(idle)
+                    if rows != moved:
+                        since, moved = MPI_Wtime(), rows
+                    _rest(MPI_Wtime() - since)
             engine.resume([ops[k] for k in range(n) if codes[k] != PENDING])
     finally:
         free(steps)
