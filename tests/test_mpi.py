@@ -44,12 +44,7 @@ def test_mpi_suite(n, transport):
     assert rc == 0, out[-20000:]
 
 
-# Open MPI: a rank missing from a lane's first nonblocking call is not handled as on MPICH
-# yet: the lane's Idup completes at the call there, so the timeout raises from Iallreduce
-# itself, not from Wait (docs/MPIS.md, known limits).  The nonblocking timeout tests are
-# left out there; the blocking ones run.
-TIMEOUT_FILES = ["mpi/test_reliability.py"] + \
-    ([] if launcher.flavour(launcher.mpiexec()) == "openmpi" else ["mpi/test_nonblocking.py"])
+TIMEOUT_FILES = ["mpi/test_reliability.py", "mpi/test_nonblocking.py"]
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
