@@ -14,7 +14,7 @@ import contextlib
 import gc
 import json
 from dataclasses import dataclass, field
-
+from typing import NamedTuple
 
 
 class ScheduleError(ValueError):
@@ -116,6 +116,42 @@ class Schedule:
             for i, rnd in enumerate(self.rounds)
         ]
         return "\n".join(lines)
+
+
+class CopyBlock(NamedTuple):
+    """Rounds ``first``, ``first + 1``, ... of a canonical StragglAR schedule (straggler
+    n-1) as copy columns: round ``first + k`` copies chunk[i] from src[i] to dst[i] for
+    i in ``starts[k]:starts[k + 1]``; round t < n-1 also holds the exchange of chunk t
+    between early rank t and the straggler, implied.  NumPy arrays."""
+    first: int
+    starts: object
+    src: object
+    dst: object
+    chunk: object
+
+    @classmethod
+    def of_round(cls, t: int, src, dst, chunk) -> "CopyBlock":
+        import numpy as np
+        return cls(t, np.array([0, len(src)], dtype=np.int64), src, dst, chunk)
+
+    @property
+    def count(self) -> int:
+        """How many rounds."""
+        return len(self.starts) - 1
+
+    def round(self, k: int):
+        """Round ``first + k`` as (src, dst, chunk) views."""
+        lo, hi = int(self.starts[k]), int(self.starts[k + 1])
+        return self.src[lo:hi], self.dst[lo:hi], self.chunk[lo:hi]
+
+    def rounds(self):
+        return (self.round(k) for k in range(self.count))
+
+    def int64_columns(self):
+        """(starts, src, dst, chunk) as contiguous int64 arrays (copies only if needed)."""
+        import numpy as np
+        return tuple(np.ascontiguousarray(col, dtype=np.int64)
+                     for col in (self.starts, self.src, self.dst, self.chunk))
 
 
 def chunk_bounds(count: int, chunks: int) -> list[tuple[int, int]]:
