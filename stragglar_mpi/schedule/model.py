@@ -154,6 +154,32 @@ class CopyBlock(NamedTuple):
                      for col in (self.starts, self.src, self.dst, self.chunk))
 
 
+#: A block of copy rounds holds about this many copies (64 rounds at n=4096: 6 MiB).
+BLOCK_COPIES = 1 << 18
+
+
+def copy_blocks_of(rounds, copies: int = BLOCK_COPIES):
+    """(src, dst, chunk) columns per round, from round 0 on, as ``CopyBlock``s of about
+    ``copies`` copies each."""
+    part, held, first = [], 0, 0
+    for cols in rounds:
+        part.append(cols)
+        held += len(cols[0])
+        if held >= copies:
+            yield _merged(first, part)
+            first, part, held = first + len(part), [], 0
+    if part:
+        yield _merged(first, part)
+
+
+def _merged(first: int, rounds) -> CopyBlock:
+    import numpy as np
+    starts = np.cumsum([0] + [len(src) for src, _, _ in rounds])
+    columns = (np.concatenate([cols[k] for cols in rounds]).astype(np.int64, copy=False)
+               for k in range(3))
+    return CopyBlock(first, starts, *columns)
+
+
 def chunk_bounds(count: int, chunks: int) -> list[tuple[int, int]]:
     """(offset, length) in elements of each chunk of a ``count``-element buffer."""
     base, extra = divmod(count, chunks)

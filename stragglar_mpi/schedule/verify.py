@@ -26,7 +26,7 @@ try:
 except ImportError:     # a source checkout without the build: the NumPy round check
     _checker = None
 
-__all__ = ["verify", "check_stragglar_copies", "checked_copy_blocks",
+__all__ = ["verify", "check_stragglar_blocks", "check_stragglar_copies", "checked_copy_blocks",
            "checked_copy_rounds", "CopyRounds"]
 
 def verify(schedule: Schedule) -> Schedule:
@@ -284,6 +284,15 @@ def check_stragglar_copies(n: int, rounds) -> int:
     for _ in checked_copy_rounds(n, rounds):
         count += 1
     return count
+
+
+def check_stragglar_blocks(n: int, blocks) -> int:
+    """``check_stragglar_copies`` for rounds given as ``CopyBlock``s; the rounds."""
+    state = CopyRounds(n)
+    for block in blocks:
+        state.check_block(block)
+    state.finish()
+    return state.rounds
 
 
 def checked_copy_rounds(n: int, rounds):
