@@ -133,57 +133,57 @@ def _verified_whole(n: int) -> int:
     return len(verify(_canonical(n)).rounds)
 
 
-_STREAMED: dict[int, dict[int, tuple]] = {}
+_STREAMED: dict[int, dict[int, object]] = {}
 
 
 def _streamed_slice(n: int, label: int) -> tuple[tuple[Transfer, ...], ...]:
     """A real rank has one of three labels whatever the straggler (its own, the one
-    below, the straggler's), so one pass keeps label-1, label, label+1 and n-1."""
+    below, the straggler's), so one pass keeps the copies of label-1, label, label+1 and
+    n-1; each label's transfers are built when it is first asked for."""
     known = _STREAMED.setdefault(n, {})
     if label not in known:
         if len(_STREAMED) > 4:
             del _STREAMED[next(k for k in _STREAMED if k != n)]
         wanted = {u for u in (label - 1, label, label + 1, n - 1) if 0 <= u < n}
         known.update(_checked_slices(n, wanted))
+    if not isinstance(known[label], tuple):
+        known[label] = known[label]()
     return known[label]
 
 
-def _checked_slices(n: int, labels) -> dict[int, tuple]:
-    """Run the greedy once through the round checker; keep the transfers of ``labels``."""
+def _checked_slices(n: int, labels) -> dict[int, object]:
+    """Run the greedy once through the round checker; keep the copies of ``labels``.
+    Each label maps to a function that builds its transfers round by round."""
     import numpy as np
     from .verify import checked_copy_blocks
     wanted = np.zeros(n, dtype=bool)
     wanted[list(labels)] = True
-    sends, receives = {u: {} for u in labels}, {u: {} for u in labels}
-    rounds = 0
-    with gc_paused():
-        for block in checked_copy_blocks(n, _greedy_blocks(n)):
-            _keep(block, block.src, wanted, sends)
-            _keep(block, block.dst, wanted, receives)
-            rounds = block.first + block.count
-        return {u: tuple(_rank_round(u, t, n - 1, sends[u], receives[u]) for t in range(rounds))
-                for u in labels}
+    parts, rounds = [], 0
+    for block in checked_copy_blocks(n, _greedy_blocks(n)):
+        parts.append(_wanted_copies(block, wanted))
+        rounds = block.first + block.count
+    columns = tuple(np.concatenate(col) for col in zip(*parts))   # n > 2: some copies
+    return {u: functools.partial(_label_rounds, u, n - 1, rounds, *columns) for u in labels}
 
 
-def _keep(block, side, wanted, kept) -> None:
-    """kept[u][t]: the copy of round t where ``side`` (src or dst) is a wanted u."""
+def _wanted_copies(block, wanted):
+    """(round, src, dst, chunk) of the block's copies from or to a wanted label."""
     import numpy as np
-    index = np.flatnonzero(wanted[side])
-    rounds = (np.searchsorted(block.starts, index, side="right") - 1 + block.first).tolist()
-    columns = zip(side[index].tolist(), block.src[index].tolist(), block.dst[index].tolist(),
-                  block.chunk[index].tolist())
-    for t, (u, src, dst, chunk) in zip(rounds, columns):
-        kept[u][t] = Transfer(src, dst, chunk)
+    index = np.flatnonzero(wanted[block.src] | wanted[block.dst])
+    rounds = np.searchsorted(block.starts, index, side="right") - 1 + block.first
+    return rounds, block.src[index], block.dst[index], block.chunk[index]
 
 
-def _rank_round(u: int, t: int, m: int, sends: dict, receives: dict) -> tuple:
-    """Rank u's transfers in round t: the exchange (if its own), its send, its receive."""
-    mine = _exchange(t, m, t) if t < m and u in (t, m) else ()
-    if t in sends:
-        mine += (sends[t],)
-    if t in receives:
-        mine += (receives[t],)
-    return mine
+def _label_rounds(u: int, m: int, count: int, rounds, src, dst, chunk) -> tuple:
+    """Label u's transfers in each of ``count`` rounds: the exchange (if its own), its
+    send, its receive, from the copies of a few labels (``rounds`` ascending)."""
+    mine = [list(_exchange(t, m, t)) if t < m and u in (t, m) else [] for t in range(count)]
+    with gc_paused():
+        for side in (src, dst):
+            ours = side == u
+            for t, s, d, c in zip(*(col[ours].tolist() for col in (rounds, src, dst, chunk))):
+                mine[t].append(Transfer(s, d, c))
+        return tuple(map(tuple, mine))
 
 
 def _exchange(rank: int, straggler: int, chunk: int) -> tuple[Transfer, Transfer]:
