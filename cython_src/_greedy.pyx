@@ -80,7 +80,7 @@ cdef struct Side:
     int64_t *live       # order, less some of the ranks no longer free
     int64_t live_len
     int64_t free        # ranks still free
-    uint64_t *free_set  # the same as bits
+    uint64_t *free_set  # the ranks still free, as bits
     uint64_t *members   # a chunk's candidates (free, and lacking or holding it)
     int64_t *chosen     # the first of them in order
 
@@ -144,7 +144,7 @@ cdef class Greedy:
         cdef greedy_bitgen_t *bitgen = <greedy_bitgen_t *> PyCapsule_GetPointer(
             bit_generator.capsule, "BitGenerator")
         starts = np.zeros(rounds + 1, np.int64)
-        out = np.zeros((3, max(rounds * self.m, 1)), np.int64)
+        out = np.empty((3, max(rounds * self.m, 1)), np.int64)
         cdef int64_t[::1] src = out[0], dst = out[1], chunk = out[2], at = starts
         with bit_generator.lock:
             for k in range(rounds):
