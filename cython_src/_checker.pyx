@@ -3,31 +3,32 @@
 
 It checks StragglAR copy rounds given as (src, dst, chunk) columns, a block of rounds
 per call, on the one-bit state of ``verify.checked_copy_rounds`` ("rank r holds chunk c
-reduced over all n ranks"; the proof is there), kept chunk by chunk (``held[c, r]``):
-a round's copies come grouped by chunk, so they touch a few rows, not the whole state.  A round passes if every
+reduced over all n ranks"; the proof is there), kept as bits chunk by chunk (``bits[c]``:
+the ranks holding chunk c; n/8 bytes a chunk): a round's copies come grouped by chunk,
+so they touch a few short rows, not the whole state.  A round passes if every
 copy is in range, no rank sends or receives twice (the pair exchanging chunk t in
 round t < n-1 counts as busy), nobody copies to itself, and every sender holds its chunk
 at the start of the round; then its copies and its exchange are applied.  At the first
 round that fails, the call stops with the state as it was before that round, so the
 NumPy check can run that round again and name the fault in its own words.
 """
-from libc.stdint cimport int64_t, uint8_t
+from libc.stdint cimport int64_t, uint64_t
 
 import numpy as np
 
 
 cdef class CopyChecker:
-    """The state of one check: ``held`` (max(n-1, 1) x n, uint8: chunk by rank) belongs
-    to the caller."""
-    cdef int n, m
-    cdef uint8_t[:, ::1] held
+    """The state of one check of StragglAR's copy rounds at ``n`` ranks."""
+    cdef int n, m, words
+    cdef uint64_t[:, ::1] bits
     cdef int64_t[::1] sent, received
     cdef int64_t stamp, cells
 
-    def __init__(self, int n, uint8_t[:, ::1] held):
-        if held.shape[0] != max(n - 1, 1) or held.shape[1] != n:
-            raise ValueError(f"held must be {max(n - 1, 1)} x {n}")
-        self.n, self.m, self.held = n, n - 1, held
+    def __init__(self, int n):
+        if n < 1:
+            raise ValueError(f"n must be >= 1, got {n}")
+        self.n, self.m, self.words = n, n - 1, (n + 63) // 64
+        self.bits = np.zeros((max(n - 1, 1), self.words), np.uint64)
         self.sent, self.received = np.zeros(n, np.int64), np.zeros(n, np.int64)
         self.stamp = 0
         self.cells = 0
@@ -36,6 +37,11 @@ cdef class CopyChecker:
     def cells_held(self) -> int:
         """(rank, chunk) pairs that hold the full sum so far."""
         return self.cells
+
+    def holds(self):
+        """The state as NumPy booleans, rank by chunk (a copy)."""
+        rows = np.unpackbits(np.asarray(self.bits).view(np.uint8), axis=1, bitorder="little")
+        return rows[:, :self.n].T.astype(bool)
 
     def check(self, int64_t first, const int64_t[::1] starts, const int64_t[::1] src,
               const int64_t[::1] dst, const int64_t[::1] chunk):
@@ -82,11 +88,16 @@ cdef class CopyChecker:
             if s == d or self.sent[s] == stamp or self.received[d] == stamp:
                 return False
             self.sent[s] = self.received[d] = stamp
-            if not self.held[c, s]:
+            if not _has(&self.bits[c, 0], s):
                 return False
         return True
 
     cdef inline void _give(self, int64_t rank, int64_t c) noexcept:
-        if not self.held[c, rank]:
-            self.held[c, rank] = 1
-            self.cells += 1
+        cdef uint64_t *word = &self.bits[c, rank >> 6]
+        cdef uint64_t bit = (<uint64_t> 1) << (rank & 63)
+        self.cells += (word[0] & bit) == 0
+        word[0] |= bit
+
+
+cdef inline bint _has(const uint64_t *bits, int64_t r) noexcept:
+    return (bits[r >> 6] >> (r & 63)) & 1

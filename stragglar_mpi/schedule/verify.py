@@ -336,18 +336,22 @@ def checked_copy_blocks(n: int, blocks):
 class CopyRounds:
     """The one-bit state of ``checked_copy_rounds``, pushed through rounds in order.
 
-    ``holds[rank, chunk]``: holds chunk c reduced over all n ranks (a view of ``held``,
-    chunk by rank).  Each round is checked against the state at its start, then applied
-    (its copies and its exchange).  The compiled checker (``_checker``, when built) runs
-    the rounds; at a round it refuses, the NumPy check runs that round on the same state
-    and names the fault."""
+    Each round is checked against the state at its start, then applied (its copies and
+    its exchange).  The compiled checker (``_checker``, when built) runs the rounds on
+    bits of its own; at a round it refuses, the NumPy check runs that round on the same
+    state (``holds[rank, chunk]``: holds chunk c reduced over all n ranks) and names the
+    fault.  Without it, the NumPy check runs every round."""
 
     def __init__(self, n: int, compiled: bool = True):
         import numpy as np
         self.n, self.m, self.rounds = n, n - 1, 0
-        self.held = np.zeros((max(n - 1, 1), n), dtype=np.uint8)
-        self.holds = self.held.T.view(bool)
-        self.fast = _checker.CopyChecker(n, self.held) if compiled and _checker else None
+        self.fast = _checker.CopyChecker(n) if compiled and _checker else None
+        self._holds = None if self.fast else np.zeros((n, max(n - 1, 1)), dtype=bool)
+
+    @property
+    def holds(self):
+        """holds[rank, chunk] after the rounds checked so far (NumPy booleans)."""
+        return self.fast.holds() if self.fast else self._holds
 
     def check_round(self, src, dst, chunk) -> None:
         if not len(src) == len(dst) == len(chunk):
@@ -372,10 +376,11 @@ class CopyRounds:
             raise ScheduleError(f"round {t}: refused by the compiled checker")  # pragma: no cover
 
     def _numpy_round(self, t, src, dst, chunk) -> None:
-        _check_copy_round(t, self.n, self.holds, src, dst, chunk)
-        self.holds[dst, chunk] = True
+        holds = self._holds
+        _check_copy_round(t, self.n, holds, src, dst, chunk)
+        holds[dst, chunk] = True
         if t < self.m:
-            self.holds[t, t] = self.holds[self.m, t] = True
+            holds[t, t] = holds[self.m, t] = True
 
     def finish(self) -> None:
         """Raise unless the rounds hold every exchange and everyone holds everything."""
@@ -383,7 +388,7 @@ class CopyRounds:
         m = self.m
         if self.rounds < m:
             raise ScheduleError(f"{self.rounds} rounds cannot hold the exchanges of {m} chunks")
-        complete = self.fast.cells_held == self.n * m if self.fast else self.holds.all()
+        complete = self.fast.cells_held == self.n * m if self.fast else self._holds.all()
         if m and not complete:
             rank, chunk = np.argwhere(~self.holds)[0]
             raise ScheduleError(f"after the last round rank {rank} lacks chunk {chunk}")
