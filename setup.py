@@ -1,5 +1,5 @@
 """Build the Cython transport against the MPI that mpi4py uses (and the schedule's
-compiled greedy round, which needs no MPI).
+compiled greedy round and round checker, which need no MPI).
 
 The compiler wrapper is $MPICC when set (a cluster's own MPI), otherwise the
 `mpicc` of the `mpich` wheel from PyPI (the embedded default).  We only ask the
@@ -53,9 +53,10 @@ def extensions(flags):
     exts = [Extension(f"stragglar_mpi.{name}", [f"cython_src/{name.split('.')[1]}.pyx"],
                       depends=["cython_src/mpi_compat.h"], **flags)
             for name in ("run._interpreter", "call._entry")]
-    # The schedule's greedy round (plain C, no MPI): a pure-Python twin stays in greedy.py.
-    exts.append(Extension("stragglar_mpi.schedule._greedy", ["cython_src/_greedy.pyx"],
-                          extra_compile_args=["-O3"]))
+    # The schedule's greedy round and round checker (plain C, no MPI): their NumPy twins
+    # stay in greedy.py and verify.py.
+    exts += [Extension(f"stragglar_mpi.schedule.{name}", [f"cython_src/{name}.pyx"],
+                       extra_compile_args=["-O3"]) for name in ("_greedy", "_checker")]
     return cythonize(exts, compiler_directives={"language_level": 3}, quiet=True)
 
 

@@ -12,24 +12,39 @@ then one sparse pass over the chunks that are nearly everywhere (most of them: a
 chunk's last copies trail behind for a few rounds).
 
 The same greedy, compiled (cython_src/_greedy.pyx, ``_greedy``), gives exactly these
-copies in the same order from the same random stream, 10-20x faster: every rank of a
+copies in the same order from the same random stream, 20-40x faster: every rank of a
 job computes the schedule on its own, so ranks with and without the build must agree.
-``copy_rounds`` takes the compiled one when it is built; ``numpy_copy_rounds`` is the
-reference (and the fallback).
+It draws each round's permutation from the generator itself, by NumPy's algorithm
+(checked against ``rng.permutation`` once per process; if they ever differ, NumPy's
+permutations are passed in).  ``copy_blocks`` and ``copy_rounds`` take the compiled
+greedy when it is built; ``numpy_copy_rounds`` is the reference (and the fallback).
 """
 from __future__ import annotations
 
+import functools
+
 import numpy as np
+
+from .model import BLOCK_COPIES, CopyBlock, copy_blocks_of
 
 try:
     from . import _greedy
 except ImportError:     # a source checkout without the build: the NumPy twin below
     _greedy = None
 
-__all__ = ["copy_rounds", "numpy_copy_rounds"]
+__all__ = ["copy_blocks", "copy_rounds", "numpy_copy_rounds"]
 
 #: Below this many free receivers the rest of a round runs on the sparse lists.
 _SPARSE = 128
+
+
+def copy_blocks(n: int, seed: int = 0):
+    """Yield the copies of the canonical schedule (straggler n-1) as ``CopyBlock``s of
+    consecutive rounds (round t < n-1 also holds the exchange of chunk t, implied).
+    Compiled when the extension is built, else ``numpy_copy_rounds``: the same copies."""
+    if _greedy is not None and _draws_like_numpy():
+        return _compiled_blocks(n, seed)
+    return copy_blocks_of(copy_rounds(n, seed))
 
 
 def copy_rounds(n: int, seed: int = 0):
@@ -41,10 +56,28 @@ def copy_rounds(n: int, seed: int = 0):
     """
     if _greedy is None:
         return numpy_copy_rounds(n, seed)
-    return _compiled_rounds(n, seed)
+    if not _draws_like_numpy():
+        return _compiled_rounds(n, seed)
+    return (cols for block in _compiled_blocks(n, seed) for cols in block.rounds())
+
+
+def _compiled_blocks(n: int, seed: int):
+    m = n - 1
+    rng = np.random.default_rng(seed)
+    state = _greedy.Greedy(m)
+    size = max(1, BLOCK_COPIES // max(m, 1))
+    t = 0
+    while True:
+        starts, src, dst, chunk = state.block(t, size, rng)
+        if len(starts) > 1:
+            yield CopyBlock(t, starts, src, dst, chunk)
+        t += len(starts) - 1
+        if len(starts) - 1 < size:
+            return
 
 
 def _compiled_rounds(n: int, seed: int):
+    """The compiled round with NumPy's own permutations passed in."""
     m = n - 1
     rng = np.random.default_rng(seed)
     state = _greedy.Greedy(m)
@@ -53,6 +86,18 @@ def _compiled_rounds(n: int, seed: int):
         # the NumPy greedy draws one permutation per round with an unfinished chunk
         yield state.step(t, rng.permutation(m) if state.unfinished_chunks else None)
         t += 1
+
+
+@functools.lru_cache(maxsize=None)
+def _draws_like_numpy() -> bool:
+    """Whether the compiled greedy's permutations are ``rng.permutation``'s (NumPy's
+    algorithm, copied; a NumPy that draws them otherwise must not split the ranks)."""
+    for m, seed in ((1, 0), (2, 1), (7, 2), (1000, 3), (4097, 4)):
+        rng = np.random.default_rng(seed)
+        ours = _greedy.permutations(np.random.default_rng(seed), m, 3)
+        if not all(np.array_equal(row, rng.permutation(m)) for row in ours):
+            return False
+    return True
 
 
 def numpy_copy_rounds(n: int, seed: int = 0):

@@ -14,7 +14,7 @@ import contextlib
 import gc
 import json
 from dataclasses import dataclass, field
-
+from typing import NamedTuple
 
 
 class ScheduleError(ValueError):
@@ -116,6 +116,68 @@ class Schedule:
             for i, rnd in enumerate(self.rounds)
         ]
         return "\n".join(lines)
+
+
+class CopyBlock(NamedTuple):
+    """Rounds ``first``, ``first + 1``, ... of a canonical StragglAR schedule (straggler
+    n-1) as copy columns: round ``first + k`` copies chunk[i] from src[i] to dst[i] for
+    i in ``starts[k]:starts[k + 1]``; round t < n-1 also holds the exchange of chunk t
+    between early rank t and the straggler, implied.  NumPy arrays."""
+    first: int
+    starts: object
+    src: object
+    dst: object
+    chunk: object
+
+    @classmethod
+    def of_round(cls, t: int, src, dst, chunk) -> "CopyBlock":
+        import numpy as np
+        return cls(t, np.array([0, len(src)], dtype=np.int64), src, dst, chunk)
+
+    @property
+    def count(self) -> int:
+        """How many rounds."""
+        return len(self.starts) - 1
+
+    def round(self, k: int):
+        """Round ``first + k`` as (src, dst, chunk) views."""
+        lo, hi = int(self.starts[k]), int(self.starts[k + 1])
+        return self.src[lo:hi], self.dst[lo:hi], self.chunk[lo:hi]
+
+    def rounds(self):
+        return (self.round(k) for k in range(self.count))
+
+    def int64_columns(self):
+        """(starts, src, dst, chunk) as contiguous int64 arrays (copies only if needed)."""
+        import numpy as np
+        return tuple(np.ascontiguousarray(col, dtype=np.int64)
+                     for col in (self.starts, self.src, self.dst, self.chunk))
+
+
+#: A block of copy rounds holds about this many copies (64 rounds at n=4096: 6 MiB).
+BLOCK_COPIES = 1 << 18
+
+
+def copy_blocks_of(rounds, copies: int = BLOCK_COPIES):
+    """(src, dst, chunk) columns per round, from round 0 on, as ``CopyBlock``s of about
+    ``copies`` copies each."""
+    part, held, first = [], 0, 0
+    for cols in rounds:
+        part.append(cols)
+        held += len(cols[0])
+        if held >= copies:
+            yield _merged(first, part)
+            first, part, held = first + len(part), [], 0
+    if part:
+        yield _merged(first, part)
+
+
+def _merged(first: int, rounds) -> CopyBlock:
+    import numpy as np
+    starts = np.cumsum([0] + [len(src) for src, _, _ in rounds])
+    columns = (np.concatenate([cols[k] for cols in rounds]).astype(np.int64, copy=False)
+               for k in range(3))
+    return CopyBlock(first, starts, *columns)
 
 
 def chunk_bounds(count: int, chunks: int) -> list[tuple[int, int]]:

@@ -19,7 +19,7 @@ from importlib import resources
 
 from .model import Schedule, ScheduleError, Transfer, gc_paused
 
-__all__ = ["synthesize", "lower_bound_rounds", "rank_rounds", "copy_columns"]
+__all__ = ["synthesize", "lower_bound_rounds", "rank_rounds", "copy_blocks", "copy_columns"]
 
 #: Up to this n (not a power of two) the augmenting greedy builds the schedule, with the
 #: seeds of data/seeds.json; above it the NumPy greedy of greedy.py (about n^2 log n
@@ -74,6 +74,11 @@ def _numpy_greedy(n: int):
     return copy_rounds(n, _seeds("numpy").get(n, 0))
 
 
+def _greedy_blocks(n: int):
+    from .greedy import copy_blocks
+    return copy_blocks(n, _seeds("numpy").get(n, 0))
+
+
 def copy_columns(n: int):
     """The copies of the canonical schedule round by round, as (src, dst, chunk) NumPy
     columns (round t < n-1 also holds the exchange of chunk t, implied).  Powers of two
@@ -87,6 +92,14 @@ def copy_columns(n: int):
     return ((np.array([t.src for t in rnd if not t.reduce], dtype=np.int64),
              np.array([t.dst for t in rnd if not t.reduce], dtype=np.int64),
              np.array([t.chunk for t in rnd if not t.reduce], dtype=np.int64)) for rnd in rounds)
+
+
+def copy_blocks(n: int):
+    """``copy_columns`` as ``CopyBlock``s of consecutive rounds (the greedy makes them so)."""
+    from .model import copy_blocks_of
+    if n > AUGMENTING_MAX and not _is_field(n):
+        return _greedy_blocks(n)
+    return copy_blocks_of(copy_columns(n))
 
 
 def rank_rounds(n: int, label: int) -> list[tuple[Transfer, ...]]:
@@ -120,42 +133,57 @@ def _verified_whole(n: int) -> int:
     return len(verify(_canonical(n)).rounds)
 
 
-_STREAMED: dict[int, dict[int, tuple]] = {}
+_STREAMED: dict[int, dict[int, object]] = {}
 
 
 def _streamed_slice(n: int, label: int) -> tuple[tuple[Transfer, ...], ...]:
     """A real rank has one of three labels whatever the straggler (its own, the one
-    below, the straggler's), so one pass keeps label-1, label, label+1 and n-1."""
+    below, the straggler's), so one pass keeps the copies of label-1, label, label+1 and
+    n-1; each label's transfers are built when it is first asked for."""
     known = _STREAMED.setdefault(n, {})
     if label not in known:
         if len(_STREAMED) > 4:
             del _STREAMED[next(k for k in _STREAMED if k != n)]
         wanted = {u for u in (label - 1, label, label + 1, n - 1) if 0 <= u < n}
         known.update(_checked_slices(n, wanted))
+    if not isinstance(known[label], tuple):
+        known[label] = known[label]()
     return known[label]
 
 
-def _checked_slices(n: int, labels) -> dict[int, tuple]:
-    """Run the greedy once through the round checker; keep the transfers of ``labels``."""
+def _checked_slices(n: int, labels) -> dict[int, object]:
+    """Run the greedy once through the round checker; keep the copies of ``labels``.
+    Each label maps to a function that builds its transfers round by round."""
     import numpy as np
-    from .verify import checked_copy_rounds
-    m = n - 1
-    slices = {u: [] for u in labels}
-    send_at, recv_at = np.full(n, -1, np.int64), np.full(n, -1, np.int64)
+    from .verify import checked_copy_blocks
+    wanted = np.zeros(n, dtype=bool)
+    wanted[list(labels)] = True
+    parts, rounds = [], 0
+    for block in checked_copy_blocks(n, _greedy_blocks(n)):
+        parts.append(_wanted_copies(block, wanted))
+        rounds = block.first + block.count
+    columns = tuple(np.concatenate(col) for col in zip(*parts))   # n > 2: some copies
+    return {u: functools.partial(_label_rounds, u, n - 1, rounds, *columns) for u in labels}
+
+
+def _wanted_copies(block, wanted):
+    """(round, src, dst, chunk) of the block's copies from or to a wanted label."""
+    import numpy as np
+    index = np.flatnonzero(wanted[block.src] | wanted[block.dst])
+    rounds = np.searchsorted(block.starts, index, side="right") - 1 + block.first
+    return rounds, block.src[index], block.dst[index], block.chunk[index]
+
+
+def _label_rounds(u: int, m: int, count: int, rounds, src, dst, chunk) -> tuple:
+    """Label u's transfers in each of ``count`` rounds: the exchange (if its own), its
+    send, its receive, from the copies of a few labels (``rounds`` ascending)."""
+    mine = [list(_exchange(t, m, t)) if t < m and u in (t, m) else [] for t in range(count)]
     with gc_paused():
-        for t, (src, dst, chunk) in enumerate(checked_copy_rounds(n, _numpy_greedy(n))):
-            index = np.arange(len(src))
-            send_at[src], recv_at[dst] = index, index
-            for u, rounds in slices.items():
-                mine = _exchange(t, m, t) if t < m and u in (t, m) else ()
-                i, j = send_at[u], recv_at[u]
-                if i >= 0:
-                    mine += (Transfer(u, int(dst[i]), int(chunk[i])),)
-                if j >= 0:
-                    mine += (Transfer(int(src[j]), u, int(chunk[j])),)
-                rounds.append(mine)
-            send_at[src], recv_at[dst] = -1, -1
-    return {u: tuple(rounds) for u, rounds in slices.items()}
+        for side in (src, dst):
+            ours = side == u
+            for t, s, d, c in zip(*(col[ours].tolist() for col in (rounds, src, dst, chunk))):
+                mine[t].append(Transfer(s, d, c))
+        return tuple(map(tuple, mine))
 
 
 def _exchange(rank: int, straggler: int, chunk: int) -> tuple[Transfer, Transfer]:
@@ -487,18 +515,19 @@ def _bits(mask: int) -> list[int]:
 
 def verify_field(n: int) -> int:
     """Verify the canonical power-of-two StragglAR schedule without building it; its rounds."""
-    from .verify import check_stragglar_copies
-    return check_stragglar_copies(n, field_round_arrays(n))
+    from .model import copy_blocks_of
+    from .verify import check_stragglar_blocks
+    return check_stragglar_blocks(n, copy_blocks_of(field_round_arrays(n)))
 
 
 def verify_canonical(n: int) -> int:
     """Verify the canonical StragglAR schedule (straggler n-1) of any n; its rounds.
 
-    Checked as copy columns round by round (``checked_copy_rounds``): the field form
+    Checked as copy columns round by round (``checked_copy_blocks``): the field form
     and the NumPy greedy never build ``Transfer`` objects, so this is O(n^2) time and
     n^2 bytes of state whatever n.
     """
-    from .verify import check_stragglar_copies, verify
+    from .verify import check_stragglar_blocks, verify
     if n <= 2:
         return len(verify(synthesize(n)).rounds)
-    return check_stragglar_copies(n, copy_columns(n))
+    return check_stragglar_blocks(n, copy_blocks(n))

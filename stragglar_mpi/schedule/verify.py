@@ -19,10 +19,15 @@ from __future__ import annotations
 import operator
 
 from .algorithms import ALGORITHMS, MULTI_PORT, PHASE1, SCHEDULE_ONLY, TOPOLOGY_ALGORITHMS
-from .model import Schedule, ScheduleError, Transfer, gc_paused
+from .model import CopyBlock, Schedule, ScheduleError, Transfer, gc_paused
 
-__all__ = ["verify", "check_stragglar_copies",
-           "checked_copy_rounds"]
+try:
+    from . import _checker
+except ImportError:     # a source checkout without the build: the NumPy round check
+    _checker = None
+
+__all__ = ["verify", "check_stragglar_blocks", "check_stragglar_copies", "checked_copy_blocks",
+           "checked_copy_rounds", "CopyRounds"]
 
 def verify(schedule: Schedule) -> Schedule:
     """Return ``schedule`` if it implements AllReduce, else raise ``ScheduleError``."""
@@ -281,6 +286,15 @@ def check_stragglar_copies(n: int, rounds) -> int:
     return count
 
 
+def check_stragglar_blocks(n: int, blocks) -> int:
+    """``check_stragglar_copies`` for rounds given as ``CopyBlock``s; the rounds."""
+    state = CopyRounds(n)
+    for block in blocks:
+        state.check_block(block)
+    state.finish()
+    return state.rounds
+
+
 def checked_copy_rounds(n: int, rounds):
     """Yield each round of ``rounds`` once it is checked; raise ``ScheduleError`` at the
     first fault, or after the last round if some rank lacks some chunk.
@@ -299,23 +313,85 @@ def checked_copy_rounds(n: int, rounds):
     full sum makes another.  So "holds chunk c reduced over all n ranks" is one bit.
     Checks the one-port rule (the exchanging pair does nothing else), that every copy
     carries a chunk its sender holds fully reduced, and that everyone holds everything
-    at the end.  A round costs a few vector operations.
+    at the end.  A round costs a few vector operations (NumPy), or a pass over its
+    copies where the compiled checker is built (``_checker``: the same verdicts).
     """
-    import numpy as np
-    m = n - 1
-    holds = np.zeros((n, max(m, 1)), dtype=bool)
-    t = -1
-    for t, (src, dst, chunk) in enumerate(rounds):
-        _check_copy_round(t, n, holds, src, dst, chunk)
-        holds[dst, chunk] = True
-        if t < m:
-            holds[t, t] = holds[m, t] = True
+    state = CopyRounds(n)
+    for src, dst, chunk in rounds:
+        state.check_round(src, dst, chunk)
         yield src, dst, chunk
-    if t < m - 1:
-        raise ScheduleError(f"{t + 1} rounds cannot hold the exchanges of {m} chunks")
-    if m and not holds.all():
-        rank, chunk = np.argwhere(~holds)[0]
-        raise ScheduleError(f"after the last round rank {rank} lacks chunk {chunk}")
+    state.finish()
+
+
+def checked_copy_blocks(n: int, blocks):
+    """``checked_copy_rounds`` for rounds given as ``CopyBlock``s (a block of rounds per
+    item, as the greedy makes them): yield each block once all its rounds are checked."""
+    state = CopyRounds(n)
+    for block in blocks:
+        state.check_block(block)
+        yield block
+    state.finish()
+
+
+class CopyRounds:
+    """The one-bit state of ``checked_copy_rounds``, pushed through rounds in order.
+
+    Each round is checked against the state at its start, then applied (its copies and
+    its exchange).  The compiled checker (``_checker``, when built) runs the rounds on
+    bits of its own; at a round it refuses, the NumPy check runs that round on the same
+    state (``holds[rank, chunk]``: holds chunk c reduced over all n ranks) and names the
+    fault.  Without it, the NumPy check runs every round."""
+
+    def __init__(self, n: int, compiled: bool = True):
+        import numpy as np
+        self.n, self.m, self.rounds = n, n - 1, 0
+        self.fast = _checker.CopyChecker(n) if compiled and _checker else None
+        self._holds = None if self.fast else np.zeros((n, max(n - 1, 1)), dtype=bool)
+
+    @property
+    def holds(self):
+        """holds[rank, chunk] after the rounds checked so far (NumPy booleans)."""
+        return self.fast.holds() if self.fast else self._holds
+
+    def check_round(self, src, dst, chunk) -> None:
+        if not len(src) == len(dst) == len(chunk):
+            raise ScheduleError(f"round {self.rounds}: copy columns of different lengths")
+        self.check_block(CopyBlock.of_round(self.rounds, src, dst, chunk))
+
+    def check_block(self, block) -> None:
+        if block.first != self.rounds:
+            raise ScheduleError(f"round {block.first} comes after round {self.rounds - 1}")
+        if self.fast is None:
+            for t, (src, dst, chunk) in enumerate(block.rounds(), block.first):
+                self._numpy_round(t, src, dst, chunk)
+        else:
+            self._compiled_block(block)
+        self.rounds = block.first + block.count
+
+    def _compiled_block(self, block) -> None:
+        bad = self.fast.check(block.first, *block.int64_columns())
+        if bad >= 0:
+            t = block.first + bad
+            _check_copy_round(t, self.n, self.holds, *block.round(bad))
+            raise ScheduleError(f"round {t}: refused by the compiled checker")  # pragma: no cover
+
+    def _numpy_round(self, t, src, dst, chunk) -> None:
+        holds = self._holds
+        _check_copy_round(t, self.n, holds, src, dst, chunk)
+        holds[dst, chunk] = True
+        if t < self.m:
+            holds[t, t] = holds[self.m, t] = True
+
+    def finish(self) -> None:
+        """Raise unless the rounds hold every exchange and everyone holds everything."""
+        import numpy as np
+        m = self.m
+        if self.rounds < m:
+            raise ScheduleError(f"{self.rounds} rounds cannot hold the exchanges of {m} chunks")
+        complete = self.fast.cells_held == self.n * m if self.fast else self._holds.all()
+        if m and not complete:
+            rank, chunk = np.argwhere(~self.holds)[0]
+            raise ScheduleError(f"after the last round rank {rank} lacks chunk {chunk}")
 
 
 def _check_copy_round(t, n, holds, src, dst, chunk) -> None:

@@ -10,7 +10,7 @@ PACKAGE = ROOT / "stragglar_mpi"
 CYTHON = ROOT / "cython_src"
 #: The module each Cython source builds (setup.py): one file per room it serves.
 CYTHON_MODULES = {"_interpreter": "stragglar_mpi.run._interpreter", "_entry": "stragglar_mpi.call._entry",
-                  "_greedy": "stragglar_mpi.schedule._greedy"}
+                  "_greedy": "stragglar_mpi.schedule._greedy", "_checker": "stragglar_mpi.schedule._checker"}
 
 
 def module_name(path, root=ROOT):

@@ -373,6 +373,21 @@ def test_numpy_greedy_at_a_thousand_ranks():
     assert elapsed < 20   # about 1.5 s of CPU; generous for a loaded machine
 
 
+@pytest.mark.wallclock
+def test_checked_greedy_at_4095_ranks_within_its_time():
+    """Issue 27's figure: the compiled greedy and checker at n=4095 (about 0.4 s of CPU
+    on a quiet machine, 3 s before them; the NumPy fallback takes over 10 s)."""
+    from stragglar_mpi.schedule import greedy
+    from stragglar_mpi.schedule.stragglar import verify_canonical
+    if greedy._greedy is None:
+        pytest.skip("the compiled greedy is not built")
+    start = time.process_time()
+    rounds = verify_canonical(4095)
+    elapsed = time.process_time() - start
+    assert 0 <= rounds - lower_bound_rounds(4095) <= 2
+    assert elapsed < 3   # generous for a loaded machine
+
+
 def test_numpy_greedy_whole_schedule_verifies_symbolically():
     s = synthesize(300)
     assert verify(s) is s

@@ -1,0 +1,120 @@
+"""The compiled round checker (cython_src/_checker.pyx) against the NumPy one.
+
+Both run the one-bit proof of ``verify.checked_copy_rounds``; the compiled one only
+finds the first refused round, and the NumPy check names the fault there, so both must
+accept the same schedules and refuse broken ones with the same words.
+"""
+import importlib
+
+import numpy as np
+import pytest
+
+from stragglar_mpi.schedule import ScheduleError
+from stragglar_mpi.schedule.model import CopyBlock
+from stragglar_mpi.schedule.stragglar import copy_columns
+
+verify = importlib.import_module("stragglar_mpi.schedule.verify")
+compiled = pytest.mark.skipif(verify._checker is None, reason="the compiled checker is not built")
+
+
+def _rounds(n):
+    return [tuple(np.asarray(col).copy() for col in cols) for cols in copy_columns(n)]
+
+
+def _verdict(n, rounds, compiled_checker):
+    state = verify.CopyRounds(n, compiled_checker)
+    try:
+        for cols in rounds:
+            state.check_round(*cols)
+        state.finish()
+    except ScheduleError as exc:
+        return str(exc)
+    return state.rounds
+
+
+def _blocks(rounds, size):
+    """The rounds as CopyBlocks of ``size`` rounds."""
+    for first in range(0, len(rounds), size):
+        part = rounds[first:first + size]
+        starts = np.cumsum([0] + [len(src) for src, _, _ in part])
+        yield CopyBlock(first, starts, *(np.concatenate(col) for col in zip(*part)))
+
+
+EDITS = {
+    "drop": lambda s, d, c, i: (np.delete(s, i), np.delete(d, i), np.delete(c, i)),
+    "sender twice": lambda s, d, c, i: (np.r_[s[:i], s[(i + 1) % len(s)], s[i + 1:]], d, c),
+    "receiver twice": lambda s, d, c, i: (s, np.r_[d[:i], d[(i + 1) % len(d)], d[i + 1:]], c),
+    "other chunk": lambda s, d, c, i: (s, d, np.r_[c[:i], (c[i] + 1) % max(c.max(), 1), c[i + 1:]]),
+    "to itself": lambda s, d, c, i: (s, np.r_[d[:i], s[i], d[i + 1:]], c),
+    "out of range": lambda s, d, c, i: (s, np.r_[d[:i], 10 ** 6, d[i + 1:]], c),
+    "negative chunk": lambda s, d, c, i: (s, d, np.r_[c[:i], -1, c[i + 1:]]),
+}
+
+
+@compiled
+@pytest.mark.parametrize("n", [3, 5, 6, 8, 16, 33, 100, 300])
+def test_both_checkers_accept_the_canonical_schedule(n):
+    rounds = _rounds(n)
+    assert _verdict(n, rounds, True) == _verdict(n, rounds, False) == len(rounds)
+
+
+@compiled
+@pytest.mark.parametrize("n", [8, 33, 300])
+@pytest.mark.parametrize("edit", sorted(EDITS))
+def test_both_checkers_refuse_a_broken_round_with_the_same_words(n, edit):
+    rng = np.random.default_rng(n)
+    rounds = _rounds(n)
+    busy = [r for r, (src, _, _) in enumerate(rounds) if len(src) > 1]
+    for r in rng.choice(busy, 4, replace=False):
+        broken = list(rounds)
+        broken[r] = EDITS[edit](*rounds[r], int(rng.integers(len(rounds[r][0]))))
+        ours = _verdict(n, broken, True)
+        assert isinstance(ours, str), f"{edit} in round {r} passed"
+        assert ours == _verdict(n, broken, False)
+
+
+@compiled
+def test_both_checkers_refuse_a_missing_last_round_and_too_few_rounds():
+    rounds = _rounds(300)
+    for broken in (rounds[:-1], rounds[:200], rounds[:-1] + [tuple(np.zeros(0, np.int64) for _ in range(3))]):
+        ours = _verdict(300, broken, True)
+        assert isinstance(ours, str) and ours == _verdict(300, broken, False)
+
+
+@pytest.mark.parametrize("compiled_checker", [True, False])
+def test_blocks_are_checked_like_rounds(compiled_checker):
+    rounds = _rounds(300)
+    for size in (1, 7, 64):
+        state = verify.CopyRounds(300, compiled_checker)
+        for block in _blocks(rounds, size):
+            state.check_block(block)
+        state.finish()
+        assert state.rounds == len(rounds)
+    broken = list(rounds)
+    broken[100] = EDITS["other chunk"](*rounds[100], 3)
+    state = verify.CopyRounds(300, compiled_checker)
+    with pytest.raises(ScheduleError, match="round 100: rank .* does not hold it fully reduced"):
+        for block in _blocks(broken, 64):
+            state.check_block(block)
+
+
+def test_a_block_must_follow_the_last_round_checked():
+    rounds = _rounds(33)
+    state = verify.CopyRounds(33)
+    blocks = list(_blocks(rounds, 4))
+    state.check_block(blocks[0])
+    with pytest.raises(ScheduleError, match="round 8 comes after round 3"):
+        state.check_block(blocks[2])
+
+
+def test_columns_of_different_lengths_are_refused():
+    state = verify.CopyRounds(8)
+    with pytest.raises(ScheduleError, match="round 0: copy columns of different lengths"):
+        state.check_round(np.array([1]), np.array([2, 3]), np.array([0]))
+
+
+def test_without_the_build_the_numpy_check_runs(monkeypatch):
+    monkeypatch.setattr(verify, "_checker", None)
+    state = verify.CopyRounds(300)
+    assert state.fast is None
+    assert verify.check_stragglar_copies(300, _rounds(300)) == len(_rounds(300))
