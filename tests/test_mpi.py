@@ -10,6 +10,8 @@ SMPI_TEST_RANDOM_SIZES the sizes of the random calls (tests/perf/soak.py).
 import os
 import subprocess
 import sys
+import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -22,17 +24,30 @@ TRANSPORTS = os.environ.get("SMPI_TEST_TRANSPORTS", "cython,python").split(",")
 TIMEOUT = int(os.environ.get("SMPI_TEST_TIMEOUT", "300"))
 FILES = os.environ.get("SMPI_TEST_FILES", "mpi").split()
 RANDOM_SIZES = [int(n) for n in os.environ.get("SMPI_TEST_RANDOM_SIZES", "3,5").split(",")]
+TAIL = 60000     # characters of a failed launch's output shown (room for every rank's stacks)
 
 
 def run_mpi(n, args, transport="cython", timeout=TIMEOUT, extra_env=None, ranks=None):
     """``ranks``: MPMD launch, one ``(count, [env assignments])`` per block of ranks."""
-    env = dict(SMPI_TEST_IN_MPIEXEC="1", STRAGGLAR_TRANSPORT=transport,
-               NUMBA_ENABLE_CUDASIM="1", SMPI_TEST_INSTALLED="1", **(extra_env or {}))
     if "-m" not in args:    # timeouts run in their own launch (test_mpi_timeouts)
         args = ["-m", "not slow and not timeouts", *args]
     argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-x", *args]
-    rc, out, _ = launcher.run(n, argv, timeout, cwd=HERE, env=env, ranks=ranks)
+    with tempfile.TemporaryDirectory(prefix="smpi-stacks-") as stacks:
+        env = dict(SMPI_TEST_IN_MPIEXEC="1", STRAGGLAR_TRANSPORT=transport,
+                   NUMBA_ENABLE_CUDASIM="1", SMPI_TEST_INSTALLED="1", SMPI_TEST_DUMP_TO=stacks,
+                   SMPI_TEST_DUMP_AT=str(time.time() + max(timeout - 45, timeout * 0.8)), **(extra_env or {}))
+        rc, out, _ = launcher.run(n, argv, timeout, cwd=HERE, env=env, ranks=ranks)
+        if rc != 0:
+            out += hang_stacks(Path(stacks))
     return rc, out
+
+
+def hang_stacks(folder):
+    """Every rank's threads, as each printed them a little before the launch's kill
+    (tests/mpi/conftest.py); nothing if the launch ended before that."""
+    dumps = [(p.stem, p.read_text()) for p in sorted(folder.glob("rank*.txt"))]
+    return "".join(f"\n--- {rank}: its threads' stacks before the kill ---\n{text}"
+                   for rank, text in dumps if text.strip())
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
@@ -41,7 +56,7 @@ def test_mpi_suite(n, transport):
     rc, out = run_mpi(n, ["-m", "not slow and not timeouts", *FILES], transport)
     summary = [line for line in out.splitlines() if " passed" in line or " failed" in line]
     print(f"mpiexec -n {n} ({transport}):", summary[-1] if summary else "(no summary)")
-    assert rc == 0, out[-20000:]
+    assert rc == 0, out[-TAIL:]
 
 
 # Open MPI: a rank missing from a lane's first nonblocking call is not handled as on MPICH
@@ -59,7 +74,7 @@ def test_mpi_timeouts(transport):
     rc, out = run_mpi(4, ["-m", "timeouts", *TIMEOUT_FILES], transport)
     summary = [line for line in out.splitlines() if " passed" in line or " failed" in line]
     print(f"mpiexec -n 4 timeouts ({transport}):", summary[-1] if summary else "(no summary)")
-    assert rc == 0, out[-20000:]
+    assert rc == 0, out[-TAIL:]
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
@@ -71,7 +86,7 @@ def test_random_calls(n, transport):
             "--max-bytes", "256K"]
     rc, out, _ = launcher.run(n, argv, TIMEOUT, cwd=HERE, env={"STRAGGLAR_TRANSPORT": transport})
     print(f"mpiexec -n {n} random calls ({transport}):", out.strip().splitlines()[-1:] or "(no output)")
-    assert rc == 0 and "errors 0" in out, out[-20000:]
+    assert rc == 0 and "errors 0" in out, out[-TAIL:]
 
 
 # Emulated nodes are MPICH's cliques; Open MPI has no such setting (docs: README, Open MPI).
@@ -92,7 +107,7 @@ def _cliques(k):
 def test_hierarchical_on_emulated_nodes(n, k, transport):
     rc, out = run_mpi(n, ["mpi/test_hierarchical.py", "mpi/test_hring.py"], transport,
                       extra_env=_cliques(k))
-    assert rc == 0, out[-20000:]
+    assert rc == 0, out[-TAIL:]
 
 
 @NODES
@@ -100,20 +115,20 @@ def test_the_rest_on_emulated_nodes():
     """Everything else keeps working when the communicator spans nodes (2 nodes of 2)."""
     files = ["mpi/test_allreduce.py", "mpi/test_bind.py", "mpi/test_policy.py", "mpi/test_reliability.py"]
     rc, out = run_mpi(4, files, extra_env=_cliques(2))
-    assert rc == 0, out[-20000:]
+    assert rc == 0, out[-TAIL:]
 
 
 @NODES
 def test_timeouts_on_emulated_nodes():
     """A missing rank is named and every rank raises when the ranks span nodes (2 of 2)."""
     rc, out = run_mpi(4, ["-m", "timeouts", "mpi/test_reliability.py"], extra_env=_cliques(2))
-    assert rc == 0, out[-20000:]
+    assert rc == 0, out[-TAIL:]
 
 
 @pytest.mark.slow
 def test_count_above_2_31_at_two_ranks():
     rc, out = run_mpi(2, ["-m", "slow", "mpi/test_huge.py"], timeout=900)
-    assert rc == 0, out[-20000:]
+    assert rc == 0, out[-TAIL:]
 
 
 def test_info_command_reports_mpi_and_the_compiled_transport():
@@ -143,7 +158,7 @@ def test_arrival_on_emulated_nodes(layout, transport):
     n, env = CLIQUES[layout]
     rc, out = run_mpi(n, ["mpi/test_arrival.py", "mpi/test_policy.py"], transport,
                       extra_env=dict(env, UCX_TLS="tcp,self"))
-    assert rc == 0, out[-20000:]
+    assert rc == 0, out[-TAIL:]
 
 
 @NODES
@@ -154,10 +169,10 @@ def test_arrival_by_groups_at_4_ranks_on_emulated_nodes():
     notices to every rank; tests/test_arrival_scale.py runs groups at 16 by default."""
     env = {"MPIR_CVAR_ODD_EVEN_CLIQUES": "1", "UCX_TLS": "tcp,self", "STRAGGLAR_ARRIVAL_GROUPS": "2"}
     rc, out = run_mpi(4, ["mpi/test_arrival.py", "mpi/test_policy.py"], extra_env=env)
-    assert rc == 0, out[-20000:]
+    assert rc == 0, out[-TAIL:]
     named = "missing_rank_at_each_step or two_missing_ranks or missing_rank_at_a_new_straggler"
     rc, out = run_mpi(4, ["-m", "timeouts", "-k", named, "mpi/test_reliability.py"], extra_env=env)
-    assert rc == 0, out[-20000:]
+    assert rc == 0, out[-TAIL:]
 
 
 @pytest.mark.skipif(not FAKETIME, reason="libfaketime is not installed (apt-get install faketime)")
@@ -169,4 +184,4 @@ def test_arrival_with_clocks_shifted_by_seconds():
     ranks = [(1, []), (1, shifted(3)), (1, shifted(-2)), (1, [])]
     rc, out = run_mpi(4, ["mpi/test_arrival.py"], extra_env={"MPIR_CVAR_ODD_EVEN_CLIQUES": "1",
                                                               "UCX_TLS": "tcp,self"}, ranks=ranks)
-    assert rc == 0, out[-20000:]
+    assert rc == 0, out[-TAIL:]
