@@ -3,7 +3,8 @@
 A hung run is killed after SMPI_TEST_TIMEOUT seconds (by the launcher, see
 launcher.py, and the subprocess timeout behind it), so a deadlock fails the test
 instead of eating the CI budget.  SMPI_TEST_SIZES / SMPI_TEST_TRANSPORTS
-(comma-separated) narrow the matrix, SMPI_TEST_FILES (space-separated, under tests/) the
+(comma-separated) narrow the matrix (by default the pure-Python transport runs at 2-4
+ranks only, see PYTHON_SIZES), SMPI_TEST_FILES (space-separated, under tests/) the
 files of test_mpi_suite (`make test-mpi FILE=mpi/test_allreduce.py NP=4`), and
 SMPI_TEST_RANDOM_SIZES the sizes of the random calls (tests/perf/soak.py).
 """
@@ -21,6 +22,12 @@ import launcher
 HERE = Path(__file__).resolve().parent
 SIZES = [int(n) for n in os.environ.get("SMPI_TEST_SIZES", "1,2,3,4,5,8").split(",")]
 TRANSPORTS = os.environ.get("SMPI_TEST_TRANSPORTS", "cython,python").split(",")
+# The pure-Python transport runs the same plans (the same rows, phases and schedules) as
+# the compiled one; by default it runs the MPI files at 2, 3 and 4 ranks (even and odd,
+# n-1 a power of two and not), the compiled one at every size.  SMPI_TEST_SIZES, when
+# set, applies to both.
+PYTHON_SIZES = SIZES if "SMPI_TEST_SIZES" in os.environ else [2, 3, 4]
+MATRIX = [(n, t) for t in TRANSPORTS for n in SIZES if t != "python" or n in PYTHON_SIZES]
 TIMEOUT = int(os.environ.get("SMPI_TEST_TIMEOUT", "300"))
 FILES = os.environ.get("SMPI_TEST_FILES", "mpi").split()
 RANDOM_SIZES = [int(n) for n in os.environ.get("SMPI_TEST_RANDOM_SIZES", "3,5").split(",")]
@@ -50,8 +57,7 @@ def hang_stacks(folder):
                    for rank, text in dumps if text.strip())
 
 
-@pytest.mark.parametrize("transport", TRANSPORTS)
-@pytest.mark.parametrize("n", SIZES)
+@pytest.mark.parametrize("n,transport", MATRIX, ids=[f"{n}-{t}" for n, t in MATRIX])
 def test_mpi_suite(n, transport):
     rc, out = run_mpi(n, ["-m", "not slow and not timeouts", *FILES], transport)
     summary = [line for line in out.splitlines() if " passed" in line or " failed" in line]

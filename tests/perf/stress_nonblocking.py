@@ -47,8 +47,12 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=300)
     parser.add_argument("--limit", type=float, default=300.0, help="seconds before a rank gives up")
+    parser.add_argument("--hold", type=int, default=0,
+                        help="duplicates of COMM_WORLD held meanwhile (context ids in use, as "
+                             "late in a long test run)")
     args = parser.parse_args()
     world = MPI.COMM_WORLD
+    held = [world.Dup() for _ in range(args.hold)]
     done = threading.Event()
 
     def watchdog():
@@ -63,6 +67,8 @@ def main():
     for it in range(args.rounds):
         one_round(world, it)
     done.set()
+    for c in held:
+        c.Free()
     print(f"rank {world.Get_rank()}: {args.rounds} rounds in {time.perf_counter() - t0:.1f} s, "
           f"errors 0", flush=True)
 
