@@ -3,13 +3,16 @@
 A hung run is killed after SMPI_TEST_TIMEOUT seconds (by the launcher, see
 launcher.py, and the subprocess timeout behind it), so a deadlock fails the test
 instead of eating the CI budget.  SMPI_TEST_SIZES / SMPI_TEST_TRANSPORTS
-(comma-separated) narrow the matrix, SMPI_TEST_FILES (space-separated, under tests/) the
+(comma-separated) narrow the matrix (by default the pure-Python transport runs at 2-4
+ranks only, see PYTHON_SIZES), SMPI_TEST_FILES (space-separated, under tests/) the
 files of test_mpi_suite (`make test-mpi FILE=mpi/test_allreduce.py NP=4`), and
 SMPI_TEST_RANDOM_SIZES the sizes of the random calls (tests/perf/soak.py).
 """
 import os
 import subprocess
 import sys
+import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -19,29 +22,47 @@ import launcher
 HERE = Path(__file__).resolve().parent
 SIZES = [int(n) for n in os.environ.get("SMPI_TEST_SIZES", "1,2,3,4,5,8").split(",")]
 TRANSPORTS = os.environ.get("SMPI_TEST_TRANSPORTS", "cython,python").split(",")
+# The pure-Python transport runs the same plans (the same rows, phases and schedules) as
+# the compiled one; by default it runs the MPI files at 2, 3 and 4 ranks (even and odd,
+# n-1 a power of two and not), the compiled one at every size.  SMPI_TEST_SIZES, when
+# set, applies to both.
+PYTHON_SIZES = SIZES if "SMPI_TEST_SIZES" in os.environ else [2, 3, 4]
+MATRIX = [(n, t) for t in TRANSPORTS for n in SIZES if t != "python" or n in PYTHON_SIZES]
 TIMEOUT = int(os.environ.get("SMPI_TEST_TIMEOUT", "300"))
 FILES = os.environ.get("SMPI_TEST_FILES", "mpi").split()
 RANDOM_SIZES = [int(n) for n in os.environ.get("SMPI_TEST_RANDOM_SIZES", "3,5").split(",")]
+TAIL = 60000     # characters of a failed launch's output shown (room for every rank's stacks)
 
 
 def run_mpi(n, args, transport="cython", timeout=TIMEOUT, extra_env=None, ranks=None):
     """``ranks``: MPMD launch, one ``(count, [env assignments])`` per block of ranks."""
-    env = dict(SMPI_TEST_IN_MPIEXEC="1", STRAGGLAR_TRANSPORT=transport,
-               NUMBA_ENABLE_CUDASIM="1", SMPI_TEST_INSTALLED="1", **(extra_env or {}))
     if "-m" not in args:    # timeouts run in their own launch (test_mpi_timeouts)
         args = ["-m", "not slow and not timeouts", *args]
     argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-x", *args]
-    rc, out, _ = launcher.run(n, argv, timeout, cwd=HERE, env=env, ranks=ranks)
+    with tempfile.TemporaryDirectory(prefix="smpi-stacks-") as stacks:
+        env = dict(SMPI_TEST_IN_MPIEXEC="1", STRAGGLAR_TRANSPORT=transport,
+                   NUMBA_ENABLE_CUDASIM="1", SMPI_TEST_INSTALLED="1", SMPI_TEST_DUMP_TO=stacks,
+                   SMPI_TEST_DUMP_AT=str(time.time() + max(timeout - 45, timeout * 0.8)), **(extra_env or {}))
+        rc, out, _ = launcher.run(n, argv, timeout, cwd=HERE, env=env, ranks=ranks)
+        if rc != 0:
+            out += hang_stacks(Path(stacks))
     return rc, out
 
 
-@pytest.mark.parametrize("transport", TRANSPORTS)
-@pytest.mark.parametrize("n", SIZES)
+def hang_stacks(folder):
+    """Every rank's threads, as each printed them a little before the launch's kill
+    (tests/mpi/conftest.py); nothing if the launch ended before that."""
+    dumps = [(p.stem, p.read_text()) for p in sorted(folder.glob("rank*.txt"))]
+    return "".join(f"\n--- {rank}: its threads' stacks before the kill ---\n{text}"
+                   for rank, text in dumps if text.strip())
+
+
+@pytest.mark.parametrize("n,transport", MATRIX, ids=[f"{n}-{t}" for n, t in MATRIX])
 def test_mpi_suite(n, transport):
     rc, out = run_mpi(n, ["-m", "not slow and not timeouts", *FILES], transport)
     summary = [line for line in out.splitlines() if " passed" in line or " failed" in line]
     print(f"mpiexec -n {n} ({transport}):", summary[-1] if summary else "(no summary)")
-    assert rc == 0, out[-20000:]
+    assert rc == 0, out[-TAIL:]
 
 
 TIMEOUT_FILES = ["mpi/test_reliability.py", "mpi/test_nonblocking.py"]
@@ -54,7 +75,7 @@ def test_mpi_timeouts(transport):
     rc, out = run_mpi(4, ["-m", "timeouts", *TIMEOUT_FILES], transport)
     summary = [line for line in out.splitlines() if " passed" in line or " failed" in line]
     print(f"mpiexec -n 4 timeouts ({transport}):", summary[-1] if summary else "(no summary)")
-    assert rc == 0, out[-20000:]
+    assert rc == 0, out[-TAIL:]
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
@@ -66,7 +87,7 @@ def test_random_calls(n, transport):
             "--max-bytes", "256K"]
     rc, out, _ = launcher.run(n, argv, TIMEOUT, cwd=HERE, env={"STRAGGLAR_TRANSPORT": transport})
     print(f"mpiexec -n {n} random calls ({transport}):", out.strip().splitlines()[-1:] or "(no output)")
-    assert rc == 0 and "errors 0" in out, out[-20000:]
+    assert rc == 0 and "errors 0" in out, out[-TAIL:]
 
 
 # Emulated nodes are MPICH's cliques; Open MPI has no such setting (docs: README, Open MPI).
@@ -87,7 +108,7 @@ def _cliques(k):
 def test_hierarchical_on_emulated_nodes(n, k, transport):
     rc, out = run_mpi(n, ["mpi/test_hierarchical.py", "mpi/test_hring.py"], transport,
                       extra_env=_cliques(k))
-    assert rc == 0, out[-20000:]
+    assert rc == 0, out[-TAIL:]
 
 
 @NODES
@@ -95,20 +116,20 @@ def test_the_rest_on_emulated_nodes():
     """Everything else keeps working when the communicator spans nodes (2 nodes of 2)."""
     files = ["mpi/test_allreduce.py", "mpi/test_bind.py", "mpi/test_policy.py", "mpi/test_reliability.py"]
     rc, out = run_mpi(4, files, extra_env=_cliques(2))
-    assert rc == 0, out[-20000:]
+    assert rc == 0, out[-TAIL:]
 
 
 @NODES
 def test_timeouts_on_emulated_nodes():
     """A missing rank is named and every rank raises when the ranks span nodes (2 of 2)."""
     rc, out = run_mpi(4, ["-m", "timeouts", "mpi/test_reliability.py"], extra_env=_cliques(2))
-    assert rc == 0, out[-20000:]
+    assert rc == 0, out[-TAIL:]
 
 
 @pytest.mark.slow
 def test_count_above_2_31_at_two_ranks():
     rc, out = run_mpi(2, ["-m", "slow", "mpi/test_huge.py"], timeout=900)
-    assert rc == 0, out[-20000:]
+    assert rc == 0, out[-TAIL:]
 
 
 def test_info_command_reports_mpi_and_the_compiled_transport():
@@ -138,7 +159,7 @@ def test_arrival_on_emulated_nodes(layout, transport):
     n, env = CLIQUES[layout]
     rc, out = run_mpi(n, ["mpi/test_arrival.py", "mpi/test_policy.py"], transport,
                       extra_env=dict(env, UCX_TLS="tcp,self"))
-    assert rc == 0, out[-20000:]
+    assert rc == 0, out[-TAIL:]
 
 
 @NODES
@@ -149,10 +170,10 @@ def test_arrival_by_groups_at_4_ranks_on_emulated_nodes():
     notices to every rank; tests/test_arrival_scale.py runs groups at 16 by default."""
     env = {"MPIR_CVAR_ODD_EVEN_CLIQUES": "1", "UCX_TLS": "tcp,self", "STRAGGLAR_ARRIVAL_GROUPS": "2"}
     rc, out = run_mpi(4, ["mpi/test_arrival.py", "mpi/test_policy.py"], extra_env=env)
-    assert rc == 0, out[-20000:]
+    assert rc == 0, out[-TAIL:]
     named = "missing_rank_at_each_step or two_missing_ranks or missing_rank_at_a_new_straggler"
     rc, out = run_mpi(4, ["-m", "timeouts", "-k", named, "mpi/test_reliability.py"], extra_env=env)
-    assert rc == 0, out[-20000:]
+    assert rc == 0, out[-TAIL:]
 
 
 @pytest.mark.skipif(not FAKETIME, reason="libfaketime is not installed (apt-get install faketime)")
@@ -164,4 +185,4 @@ def test_arrival_with_clocks_shifted_by_seconds():
     ranks = [(1, []), (1, shifted(3)), (1, shifted(-2)), (1, [])]
     rc, out = run_mpi(4, ["mpi/test_arrival.py"], extra_env={"MPIR_CVAR_ODD_EVEN_CLIQUES": "1",
                                                               "UCX_TLS": "tcp,self"}, ranks=ranks)
-    assert rc == 0, out[-20000:]
+    assert rc == 0, out[-TAIL:]

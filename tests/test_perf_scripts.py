@@ -18,6 +18,7 @@ PERF = ROOT / "tests" / "perf"
     ("auto_late_rank.py", ["--size", "64K", "--calls", "3", "--delay-ms", "1"], "StragglAR in the last 10"),
     ("bench_overlap.py", ["--size", "64K", "--delays", "5", "--iters", "1"], "ratio"),
     ("soak.py", ["--calls", "40", "--warmup", "10", "--max-bytes", "64K"], "errors 0"),
+    ("stress_nonblocking.py", ["--rounds", "3", "--limit", "120"], "errors 0"),
 ])
 def test_perf_script_runs(script, args, expect):
     assert expect in run_script(2, PERF / script, *args)

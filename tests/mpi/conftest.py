@@ -1,9 +1,21 @@
 """Runs on every rank; only rank 0 reports in full."""
+import faulthandler
+import os
+import time
+
 import pytest
 from mpi4py import MPI
 
 
 def pytest_configure(config):
+    # A launch that nears its kill prints every thread's stack on every rank first, into
+    # the folder tests/test_mpi.py names (pytest's capture owns stderr), so that a hang
+    # says where each rank waits.
+    folder = os.environ.get("SMPI_TEST_DUMP_TO")
+    if folder:
+        config._smpi_dump = open(os.path.join(folder, f"rank{MPI.COMM_WORLD.Get_rank()}.txt"), "w")
+        at = float(os.environ["SMPI_TEST_DUMP_AT"])        # a time.time() of the launcher's
+        faulthandler.dump_traceback_later(max(at - time.time(), 0.1), file=config._smpi_dump)
     if MPI.COMM_WORLD.Get_rank() != 0:
         config.option.verbose = -2
         config.option.reportchars = "fE"

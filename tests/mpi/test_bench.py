@@ -136,3 +136,12 @@ def test_native_compositions_and_hring_side_by_side(comm, json_path):
     assert {r["algorithm"] for r in rows} == {"native", "native-comp1", "native-comp4", "hring",
                                               "bound"}
     assert all(r["wrong"] in (None, 0) for r in rows), rows
+
+
+def test_the_header_names_the_mpi(comm, json_path, capsys):
+    """The first line says which MPI library ran (the four of docs/MPIS.md differ)."""
+    _run(comm, json_path, "-b", "4K", "-e", "4K", "--delay", "1", "-a", "native")
+    if comm.Get_rank() == 0:
+        library = " ".join(MPI.Get_library_version().replace("\0", " ").split("\n")[0].split())
+        first = capsys.readouterr().out.splitlines()[0]
+        assert first.startswith("# stragglar_mpi.bench ") and library in first, first
