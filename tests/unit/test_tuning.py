@@ -1,0 +1,185 @@
+"""auto's measured synchronous choice (decide/tuning.py) on synthetic timings: it takes the
+fastest, every rank takes the same, it measures again later and follows a change."""
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from stragglar_mpi.decide import roles as _roles
+from stragglar_mpi.decide import tuning as _tuning
+from stragglar_mpi.decide.arrival import Arrival
+from stragglar_mpi.decide.tuning import (FIRST_TRIALS, RECHECK_FIRST, RECHECK_LAST, Tuner,
+                                         candidates, fastest, recheck_order, size_class, timings,
+                                         trial_order)
+
+MiB = 1 << 20
+NAMES = ("hring", "rhd", "native")
+
+
+class Ranks:
+    """``n`` ranks in lockstep, each with its own Tuner; ``agree`` is the max over them."""
+
+    def __init__(self, n, names=NAMES):
+        self.tuners = [Tuner(names, clock=None) for _ in range(n)]
+        self.marks = {}         # size class -> every rank's (entry, exit) of the round under way
+
+    def call(self, nbytes, seconds, model_choice="hring", skew=lambda rank: 0.0, t0=0.0):
+        """One call on every rank: the same choice everywhere (asserted); a timed run takes
+        ``seconds[name]`` from the last entry, each rank entering ``skew(rank)`` late."""
+        picks = [t.choose(model_choice, nbytes) for t in self.tuners]
+        assert len(set(picks)) == 1, picks
+        name = picks[0]
+        if self.tuners[0].timing is None:
+            return name
+        last_entry = t0 + max(skew(r) for r in range(len(self.tuners)))
+        marks = self.marks.setdefault(size_class(nbytes), [[] for _ in self.tuners])
+        for rank, tuner in enumerate(self.tuners):
+            marks[rank].append((t0 + skew(rank), last_entry + seconds[name]))
+        every = [np.array(m, dtype=np.float64).ravel() for m in marks]
+        done = len(marks[0]) == len(self.tuners[0].timing.order)
+        for rank, tuner in enumerate(self.tuners):
+            tuner.timed(*marks[rank][-1], agree=lambda v, rank=rank: self._agree(v, rank, every))
+        if done:
+            del self.marks[size_class(nbytes)]
+        return name
+
+    @staticmethod
+    def _agree(vector, rank, every):
+        np.testing.assert_array_equal(vector, every[rank])      # the rank passes its own marks
+        return np.maximum.reduce(every)
+
+    def choices(self, nbytes):
+        return {t.classes[size_class(nbytes)].choice for t in self.tuners}
+
+
+def test_candidates_are_the_synchronous_algorithms():
+    assert candidates(True) == ("hring", "rhd", "native")       # across nodes: not the flat ring
+    assert candidates(False) == ("ring", "rhd", "native")       # one node: hring would be the ring
+
+
+def test_size_classes_are_powers_of_two():
+    assert size_class(16 * MiB) == size_class(32 * MiB - 1) == 24
+    assert size_class(32 * MiB) == 25
+    assert size_class(0) == size_class(1) == 0
+
+
+def test_orders_first_round_model_first_then_reversed_rechecks_fastest_first():
+    assert trial_order(NAMES, "native") == ("native", "hring", "rhd", "rhd", "hring", "native")
+    assert trial_order(NAMES, "rhd", trials=1) == ("rhd", "hring", "native")
+    assert recheck_order(NAMES, {"hring": 2.0, "rhd": 1.0, "native": 3.0}) == ("rhd", "hring", "native")
+    assert recheck_order(NAMES, {}) == NAMES
+
+
+def test_a_candidate_takes_its_best_run_and_a_tie_goes_to_the_earlier():
+    order = ("a", "b", "b", "a")
+    times = timings(order, [0, 10, 20, 30], [5, 13, 22, 33])
+    assert times == {"a": 3, "b": 2}
+    assert fastest(order, times) == "b"
+    assert fastest(order, {"a": 2.0, "b": 2.0}) == "a"
+
+
+def test_it_takes_the_fastest_measured_not_the_model_choice():
+    ranks = Ranks(4)
+    seconds = {"hring": 0.050, "rhd": 0.045, "native": 0.200}
+    ran = [ranks.call(16 * MiB, seconds) for _ in range(len(NAMES) * FIRST_TRIALS)]
+    assert ran == list(trial_order(NAMES, "hring"))
+    assert ranks.choices(16 * MiB) == {"rhd"}
+    assert [ranks.call(16 * MiB, seconds) for _ in range(5)] == ["rhd"] * 5
+    summary = ranks.tuners[0].summary()[16 * MiB]
+    assert summary["algorithm"] == "rhd" and summary["rounds"] == 1
+    assert summary["measured"] == pytest.approx(seconds)
+
+
+def test_every_rank_agrees_and_a_late_entry_does_not_count_against_a_candidate():
+    """Rank 2 enters 30 ms late in rhd's runs only: times run from the last entry, so rhd
+    still wins; every rank holds the same figures and choice."""
+    ranks = Ranks(4)
+    seconds = {"hring": 0.050, "rhd": 0.045, "native": 0.200}
+    calls = 0
+
+    def skew(rank):
+        return 0.030 if rank == 2 and ranks.tuners[0].timing.order[calls] == "rhd" else 0.001 * rank
+
+    for calls in range(len(NAMES) * FIRST_TRIALS):
+        ranks.call(8 * MiB, seconds, skew=skew, t0=float(calls))
+    assert ranks.choices(8 * MiB) == {"rhd"}
+    assert len({tuple(sorted(t.summary()[8 * MiB]["measured"].items())) for t in ranks.tuners}) == 1
+
+
+def test_size_classes_are_measured_apart():
+    ranks = Ranks(2)
+    small = {"hring": 0.010, "rhd": 0.020, "native": 0.030}
+    large = {"hring": 0.300, "rhd": 0.100, "native": 0.500}
+    for _ in range(len(NAMES) * FIRST_TRIALS):       # interleaved sizes: each its own round
+        ranks.call(8 * MiB, small)
+        ranks.call(64 * MiB, large)
+    assert ranks.choices(8 * MiB) == {"hring"} and ranks.choices(64 * MiB) == {"rhd"}
+
+
+def test_rounds_come_back_at_doubling_gaps_and_follow_a_change():
+    ranks = Ranks(2)
+    before = {"hring": 0.050, "rhd": 0.045, "native": 0.200}
+    after = {"hring": 0.040, "rhd": 0.045, "native": 0.200}     # the machine changed
+    first = len(NAMES) * FIRST_TRIALS
+    starts, call, timed_before = [], 0, None
+    while call < 6000:
+        call += 1
+        was_timing = ranks.tuners[0].timing
+        ranks.call(16 * MiB, before if call < 3000 else after)
+        cls = ranks.tuners[0].classes[size_class(16 * MiB)]
+        if cls.order and len(cls.marks) == 1 and not was_timing:
+            starts.append(call)
+        if call == 2999:
+            timed_before = ranks.choices(16 * MiB)
+    assert starts[0] == 1
+    gaps = [b - a for a, b in zip(starts, starts[1:])]
+    # a round ends `first` (then len(NAMES)) calls after it starts; the next comes after the gap
+    assert gaps[0] == first - 1 + RECHECK_FIRST
+    assert [g - (len(NAMES) - 1) for g in gaps[1:5]] == [2 * RECHECK_FIRST * 2 ** i for i in range(4)]
+    assert max(gaps) - (len(NAMES) - 1) == RECHECK_LAST
+    assert timed_before == {"rhd"}
+    assert ranks.choices(16 * MiB) == {"hring"}                # followed at the next round
+    assert len(starts) <= 12                                   # 6000 calls: a dozen rounds
+
+
+def test_roles_asks_the_tuner_only_when_nobody_is_late(monkeypatch):
+    monkeypatch.delenv("STRAGGLAR_MODEL", raising=False)
+    quiet = Arrival(tuple(range(8)), (0.0,) * 8)
+    late = Arrival(tuple(range(8)), (0.0,) * 7 + (1.0,))
+    tuner = Tuner(candidates(False), clock=lambda: 0.0)
+    state = SimpleNamespace(auto_calls=0, history=[quiet] * 4, next_pair=100, pair_gap=4,
+                            tiers=lambda: None, tuning=tuner, log=None)
+    state.arrivals = lambda: pytest.fail("an unsampled call reads no arrival table")
+    first = trial_order(candidates(False), "native")
+    assert _roles.roles(state, "auto", "arrival", 64 * MiB, 8) == (first[0], None)
+    assert _tuning.entry(state)[1] == "timed"
+    assert _tuning.entry(state)[1] is None                      # read once per call
+    tuner.timing = None
+    # a delay that pays: the model's straggler-aware choice, the tuner not asked
+    state.history = [late] * 8
+    state.arrivals = lambda: _Arrivals(late)
+    assert _roles.roles(state, "auto", 7, 64 * MiB, 8) == ("stragglar", 7)
+    assert tuner.classes[size_class(64 * MiB)].calls == 1
+    assert _tuning.entry(state) == (None, None)
+
+
+class _Arrivals:
+    """The arrival table's interface, as roles() reads it, holding one record."""
+
+    def __init__(self, record):
+        self.seq, self.record = 1, record
+
+    def arrive(self, deadline=0.0):
+        return 0
+
+    def previous(self):
+        return self.record
+
+    def finish(self):
+        pass
+
+
+def test_without_a_tuner_the_model_choice_stands():
+    state = SimpleNamespace()
+    assert _tuning.synchronous(state, "hring", 64 * MiB) == "hring"
+    assert _tuning.entry(state) == (None, None)
