@@ -18,6 +18,7 @@ from ..core.errors import Mismatch, Pending, StragglerTimeout
 from ..core.lifetime import PROCESS
 from ..core.state import KEYVAL, peek, setup_state
 from ..decide import roles as _roles
+from ..decide import tuning as _tuning
 from ..memory.buffers import Message
 from ..run import hierarchical as _hierarchical
 from ..run import transport as _transport
@@ -108,12 +109,16 @@ def _run(comm, state, args, settings, t_call, deadline):
         # staged, so that every rank runs the same algorithm whatever its memory.
         args = args.via("staged")
     transport = None if name == "native" else _transport.name(settings)
+    started, how = _tuning.entry(state)   # auto timing its synchronous candidates (nobody late)
     t_p1, first = execute(comm, state, name, straggler, args, transport, deadline)
+    if started is not None:
+        _tuning.exit_(state, started, deadline)
     tracked = state.tracked_seq != seq
     sent = _roles.settle(state, deadline) if tracked else 0   # the record: every rank's time
     t_end = MPI.Wtime()
+    how = (how or "model") if args.name == "auto" else None
     record(state, CallRecord(name, straggler, args.policy, t_call, t_p1 or t_call, first, t_end,
-                             transport, args.route, sent))
+                             transport, args.route, sent, how))
     if tracked:                       # the straggler report keeps what ran
         post = t_end - (first if first is not None else t_call)
         log_of(state, args.n, comm.Get_name()).ran(state.tracked_seq, name, straggler,

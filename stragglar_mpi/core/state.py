@@ -42,6 +42,7 @@ class State:
         self.history = deque(maxlen=64)   # arrival records of earlier tracked calls
         self.auto_calls = 0               # "auto" calls above the small-size cut
         self.next_pair, self.pair_gap = 1, 1  # when "auto" records arrivals next (_allreduce._sampled)
+        self.tuning = None                # auto's measured synchronous choices (decide/tuning.Tuner)
         self.tracked_seq = None           # arrival-table number of the last tracked call
         self.broken = None                # why this state is unusable (after a timeout)
         self.bindings = bindings

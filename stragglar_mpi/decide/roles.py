@@ -11,6 +11,7 @@ from ..core import config as _config
 from ..core.errors import Pending
 from ..schedule.algorithms import has_roles
 from . import topology as _topology
+from . import tuning as _tuning
 from .arrival import GroupTable
 from .notices import NoticeTable
 from .policy import (SAMPLE_FIRST, SAMPLE_MAX, SYNCHRONOUS, auto_algorithm, predict_straggler,
@@ -23,6 +24,7 @@ def setup(state):
     state.topology, node_comm = _topology.discover(state.private)
     node_comm.Free()              # both tiers run on the private duplicate: only the layout is kept
     state.keep_arrivals(arrival_table(state.private, state.topology.node_of))
+    _tuning.setup(state)
     if state.topology.flat:
         return
     model = _config.current().model
@@ -47,7 +49,7 @@ def roles(state, name, policy, nbytes, n, tracked=False, deadline=0.0):
     if not (needs_roles or (tracked and n > 1)):
         return name, (policy if has_roles(name) else None)
     if name == "auto" and not tracked and not sampled(state, n, nbytes):
-        return synchronous_algorithm(nbytes, state.tiers()), None
+        return _tuning.synchronous(state, synchronous_algorithm(nbytes, state.tiers()), nbytes), None
     arrivals = state.arrivals()
     if arrivals.arrive(deadline) is None:
         raise Pending((), "the arrival notices of the previous call")
@@ -75,6 +77,8 @@ def settle(state, deadline=0.0):
 def _choose(state, arrivals, name, policy, nbytes, n, deadline):
     if name == "auto":
         name = auto_algorithm(state.history, n, nbytes, state.tiers())
+        if name in SYNCHRONOUS:       # nobody late enough: the fastest measured (tuning.py)
+            name = _tuning.synchronous(state, name, nbytes)
     if not has_roles(name):
         return name, None
     if policy == "predict":

@@ -10,6 +10,7 @@ from stragglar_mpi import Allreduce, stats
 from stragglar_mpi.core.tags import DECISION as _TAG_DECISION
 from stragglar_mpi.decide.arrival import coordinator
 from stragglar_mpi.decide.policy import synchronous_algorithm
+from stragglar_mpi.decide.tuning import size_class, trial_order
 from stragglar_mpi.call.allreduce import state_of
 
 
@@ -160,6 +161,44 @@ def test_auto_goes_native_without_delay_and_stragglar_with_one(comm, setenv):
         small = np.ones(8, np.float32)
         Allreduce(c, MPI.IN_PLACE, small)
         assert stats(c)["last"]["algorithm"] == "native" and small[0] == n
+    finally:
+        c.Free()
+
+
+def test_auto_runs_the_synchronous_algorithm_it_measured_fastest(comm):
+    """Nobody late: the first calls of a size run every synchronous candidate twice, in
+    the same order on every rank; then every rank holds the same times (one Iallreduce)
+    and runs the fastest of them, across nodes as on one."""
+    n = comm.Get_size()
+    if n < 2:
+        pytest.skip("needs two ranks")
+    c = comm.Dup()
+    try:
+        count = 1 << 20                              # 4 MiB of float32: auto decides from here
+        send = fill(c.Get_rank(), 1, count)
+        recv = np.zeros_like(send)
+        ran, how = [], []
+        for _ in range(3):
+            c.Barrier()
+            Allreduce(c, send, recv)
+            np.testing.assert_array_equal(recv, want(n, 1, count))
+            ran.append(stats(c)["last"]["algorithm"])
+            how.append(stats(c)["last"]["auto"])
+        tuner = state_of(c).tuning
+        order = trial_order(tuner.names, synchronous_algorithm(count * 4, state_of(c).tiers()))
+        assert ("hring" in tuner.names) == (state_of(c).tiers() is not None)
+        for _ in range(len(order) - 3 + 2):
+            c.Barrier()
+            Allreduce(c, send, recv)
+            np.testing.assert_array_equal(recv, want(n, 1, count))
+            ran.append(stats(c)["last"]["algorithm"])
+            how.append(stats(c)["last"]["auto"])
+        summary = tuner.summary()[1 << size_class(count * 4)]
+        assert same_everywhere(c, (tuple(ran), repr(summary)))
+        assert tuple(ran[:len(order)]) == order and how[:len(order)] == ["timed"] * len(order)
+        best = min(summary["measured"], key=summary["measured"].get)
+        assert summary["algorithm"] == best and summary["rounds"] == 1
+        assert ran[len(order):] == [best] * 2 and how[len(order):] == ["measured"] * 2
     finally:
         c.Free()
 
