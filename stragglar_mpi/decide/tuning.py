@@ -21,8 +21,10 @@ straggler-aware algorithm, the synchronous one is the fastest *measured* one:
   holds the same figures, so every rank takes the same decision.
 - A new round comes RECHECK_FIRST calls of the class after the first, then after
   twice as many, ... up to RECHECK_LAST, so a machine whose speed changes is followed.
-  It runs every candidate once (their plans are built by then), the fastest of the
-  last round first, and takes the fastest of its own runs.
+  It runs each candidate once (their plans are built by then), the fastest of the last
+  round first, and takes the fastest of its own runs.  A candidate that took more than
+  SLOWER times the fastest sits out every other round: it costs the most to time and
+  is the least likely to have become the fastest.
 
 Only the synchronous choice is measured: whether a straggler-aware algorithm pays is
 the cost model's decision on the arrival history (policy.py), as before.
@@ -42,6 +44,7 @@ from ..schedule.algorithms import TABLE
 FIRST_TRIALS = 2      # timed runs of each candidate in a class's first round (later: one)
 RECHECK_FIRST = 32    # calls of a size class from the end of its first round to the next
 RECHECK_LAST = 1024   # the gap doubles up to this
+SLOWER = 2.0          # a candidate this much slower than the fastest sits out every other round
 
 AGREEMENT = "auto's agreement on its measured times (nobody late)"
 
@@ -69,10 +72,13 @@ def trial_order(names: tuple, first: str, trials: int = FIRST_TRIALS) -> tuple:
     return runs
 
 
-def recheck_order(names: tuple, times: dict) -> tuple:
+def recheck_order(names: tuple, times: dict, rested: tuple = ()) -> tuple:
     """The runs of a later round: each candidate once, the fastest of the last round
-    first (a tie, or one not timed, in the table's order)."""
-    return tuple(sorted(names, key=lambda a: times.get(a, float("inf"))))
+    first (a tie, or one not timed, in the table's order); one over SLOWER times the
+    fastest only if it sat out the round before (``rested``)."""
+    best = min(times.values(), default=0.0)
+    runs = [a for a in names if a not in times or a in rested or times[a] <= SLOWER * best]
+    return tuple(sorted(runs, key=lambda a: times.get(a, float("inf"))))
 
 
 def timings(order: tuple, starts, ends) -> dict:
@@ -97,6 +103,7 @@ class SizeClass:
     next_round: int = 1           # the call that starts the next round
     gap: int = RECHECK_FIRST      # calls from the end of a round to the next one
     rounds: int = 0               # rounds finished
+    rested: tuple = ()            # the candidates that sat out the last round
     order: tuple = ()             # the runs of the round under way (() between rounds)
     marks: list = field(default_factory=list)   # this rank's (entry, exit) of its runs
 
@@ -118,7 +125,7 @@ class Tuner:
         cls.calls += 1
         if not cls.order and cls.calls >= cls.next_round:
             cls.order = (trial_order(self.names, model_choice) if cls.choice is None
-                         else recheck_order(self.names, cls.times))
+                         else recheck_order(self.names, cls.times, cls.rested))
             cls.marks = []
         if cls.order:
             self.timing, self.pick = cls, "timed"
@@ -135,8 +142,10 @@ class Tuner:
         if len(cls.marks) < len(cls.order):
             return
         shared = agree(np.array(cls.marks, dtype=np.float64).ravel()).reshape(-1, 2)
-        cls.times = timings(cls.order, shared[:, 0], shared[:, 1])
-        cls.choice = fastest(cls.order, cls.times)
+        now = timings(cls.order, shared[:, 0], shared[:, 1])
+        cls.choice = fastest(cls.order, now)
+        cls.times = {**cls.times, **now}          # one that sat out keeps its last time
+        cls.rested = tuple(a for a in self.names if a not in now)
         cls.rounds += 1
         cls.next_round = cls.calls + cls.gap
         cls.gap = min(2 * cls.gap, RECHECK_LAST)

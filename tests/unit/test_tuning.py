@@ -66,8 +66,11 @@ def test_size_classes_are_powers_of_two():
 def test_orders_first_round_model_first_then_reversed_rechecks_fastest_first():
     assert trial_order(NAMES, "native") == ("native", "hring", "rhd", "rhd", "hring", "native")
     assert trial_order(NAMES, "rhd", trials=1) == ("rhd", "hring", "native")
-    assert recheck_order(NAMES, {"hring": 2.0, "rhd": 1.0, "native": 3.0}) == ("rhd", "hring", "native")
+    assert recheck_order(NAMES, {"hring": 2.0, "rhd": 1.0, "native": 1.5}) == ("rhd", "native", "hring")
     assert recheck_order(NAMES, {}) == NAMES
+    # over SLOWER times the fastest: every other round
+    assert recheck_order(NAMES, {"hring": 1.1, "rhd": 1.0, "native": 6.0}) == ("rhd", "hring")
+    assert recheck_order(NAMES, {"hring": 1.1, "rhd": 1.0, "native": 6.0}, ("native",)) == ("rhd", "hring", "native")
 
 
 def test_a_candidate_takes_its_best_run_and_a_tie_goes_to_the_earlier():
@@ -118,28 +121,25 @@ def test_size_classes_are_measured_apart():
 
 def test_rounds_come_back_at_doubling_gaps_and_follow_a_change():
     ranks = Ranks(2)
-    before = {"hring": 0.050, "rhd": 0.045, "native": 0.200}
+    before = {"hring": 0.050, "rhd": 0.045, "native": 0.200}    # native over SLOWER x the fastest
     after = {"hring": 0.040, "rhd": 0.045, "native": 0.200}     # the machine changed
-    first = len(NAMES) * FIRST_TRIALS
-    starts, call, timed_before = [], 0, None
+    rounds, call, chosen_before = [], 0, None                   # (first call, runs) of each round
     while call < 6000:
         call += 1
-        was_timing = ranks.tuners[0].timing
         ranks.call(16 * MiB, before if call < 3000 else after)
         cls = ranks.tuners[0].classes[size_class(16 * MiB)]
-        if cls.order and len(cls.marks) == 1 and not was_timing:
-            starts.append(call)
+        if len(cls.marks) == 1:                                 # a round's first run
+            rounds.append((call, cls.order))
         if call == 2999:
-            timed_before = ranks.choices(16 * MiB)
-    assert starts[0] == 1
-    gaps = [b - a for a, b in zip(starts, starts[1:])]
-    # a round ends `first` (then len(NAMES)) calls after it starts; the next comes after the gap
-    assert gaps[0] == first - 1 + RECHECK_FIRST
-    assert [g - (len(NAMES) - 1) for g in gaps[1:5]] == [2 * RECHECK_FIRST * 2 ** i for i in range(4)]
-    assert max(gaps) - (len(NAMES) - 1) == RECHECK_LAST
-    assert timed_before == {"rhd"}
+            chosen_before = ranks.choices(16 * MiB)
+    assert rounds[0] == (1, trial_order(NAMES, "hring"))
+    gaps = [b[0] - a[0] - len(a[1]) + 1 for a, b in zip(rounds, rounds[1:])]
+    assert gaps[:5] == [RECHECK_FIRST * 2 ** i for i in range(5)]
+    assert max(gaps) == RECHECK_LAST and len(rounds) <= 12     # 6000 calls: a dozen rounds
+    # later rounds: each candidate once, the fastest first; native (4x) every other round
+    assert [order for _, order in rounds[1:5]] == [("rhd", "hring"), ("rhd", "hring", "native")] * 2
+    assert chosen_before == {"rhd"}
     assert ranks.choices(16 * MiB) == {"hring"}                # followed at the next round
-    assert len(starts) <= 12                                   # 6000 calls: a dozen rounds
 
 
 def test_roles_asks_the_tuner_only_when_nobody_is_late(monkeypatch):
