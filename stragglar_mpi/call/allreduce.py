@@ -109,12 +109,12 @@ def _run(comm, state, args, settings, t_call, deadline):
         # staged, so that every rank runs the same algorithm whatever its memory.
         args = args.via("staged")
     transport = None if name == "native" else _transport.name(settings)
-    started, how = _tuning.entry(state)   # auto timing its synchronous candidates (nobody late)
+    timed, how = _tuning.picked(state)   # a run of auto's measurements (decide/tuning.py)
     t_p1, first = execute(comm, state, name, straggler, args, transport, deadline)
-    if started is not None:
-        _tuning.exit_(state, started, deadline)
     tracked = state.tracked_seq != seq
     sent = _roles.settle(state, deadline) if tracked else 0   # the record: every rank's time
+    if timed:
+        _tuning.timed(state, t_call, deadline)
     t_end = MPI.Wtime()
     how = (how or "model") if args.name == "auto" else None
     record(state, CallRecord(name, straggler, args.policy, t_call, t_p1 or t_call, first, t_end,

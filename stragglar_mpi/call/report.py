@@ -131,16 +131,18 @@ def render(log, n, label) -> str:
 
 
 def _measured(log):
-    """What auto runs when nobody is late, per size class, and the times it measured
+    """What auto runs per size class and situation, and the times it measured there
     (decide/tuning.py)."""
     classes = log.tuning.summary() if log is not None and log.tuning is not None else {}
-    lines = [f"  from {format_size(low)}: {c['algorithm']} ("
+    lines = [f"  from {format_size(low)}, {situation}: {c['algorithm']} ("
              + ", ".join(f"{name} {t * 1e3:.3f}" for name, t in sorted(c["measured"].items(),
                                                                        key=lambda kv: kv[1]))
              + f" ms; {c['rounds']} round(s), next in {c['next_round_in']} calls)"
-             for low, c in classes.items() if c["algorithm"] is not None]
-    return (["auto with nobody late runs the fastest measured synchronous AllReduce "
-             "(last entry to last exit, best of its runs):"] + lines) if lines else []
+             for low, situations in classes.items() for situation, c in situations.items()
+             if c["algorithm"] is not None]
+    return (["auto ran what it measured fastest (last entry to last exit, best of its runs), "
+             "per size and the model's choice (synchronous, or a straggler-aware one):"]
+            + lines) if lines else []
 
 
 def _quantile(sorted_values, q):

@@ -49,7 +49,7 @@ def roles(state, name, policy, nbytes, n, tracked=False, deadline=0.0):
     if not (needs_roles or (tracked and n > 1)):
         return name, (policy if has_roles(name) else None)
     if name == "auto" and not tracked and not sampled(state, n, nbytes):
-        return _tuning.synchronous(state, synchronous_algorithm(nbytes, state.tiers()), nbytes), None
+        return _tuning.choose(state, synchronous_algorithm(nbytes, state.tiers()), nbytes), None
     arrivals = state.arrivals()
     if arrivals.arrive(deadline) is None:
         raise Pending((), "the arrival notices of the previous call")
@@ -76,9 +76,7 @@ def settle(state, deadline=0.0):
 
 def _choose(state, arrivals, name, policy, nbytes, n, deadline):
     if name == "auto":
-        name = auto_algorithm(state.history, n, nbytes, state.tiers())
-        if name in SYNCHRONOUS:       # nobody late enough: the fastest measured (tuning.py)
-            name = _tuning.synchronous(state, name, nbytes)
+        name = _tuning.choose(state, auto_algorithm(state.history, n, nbytes, state.tiers()), nbytes)
     if not has_roles(name):
         return name, None
     if policy == "predict":

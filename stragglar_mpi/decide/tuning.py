@@ -1,33 +1,45 @@
-"""``auto`` with nobody late: the synchronous AllReduce that measured fastest here.
+"""``auto`` checks its cost model by measuring: it runs what measured fastest here.
 
-Why measure: the cost model (schedule/tiers.py) prices the links it is given and has
-no CPU term; on 8 ranks sharing 2 cores, emulated nodes over TCP, our rhd beat both
-the MPI's own AllReduce and the hierarchical ring that the model chose (issue 24,
-docs/BENCHMARKS.md).  So when ``auto`` decides that nobody is late enough for a
-straggler-aware algorithm, the synchronous one is the fastest *measured* one:
+Why: the cost model (schedule/tiers.py) prices the links it is given and has no CPU
+term.  On 8 ranks sharing 2 cores, emulated nodes over TCP, our rhd beat both the MPI's
+own AllReduce and the hierarchical ring the model chose with nobody late, and under a
+heavy load the straggler-aware choice lost to them too: with only the natural skew of a
+loaded machine as the "delay", hierarchical took 4x the hierarchical ring (issue 24,
+docs/BENCHMARKS.md).  So ``auto`` takes the model's choice as the *situation* and
+measures the candidates it leaves:
 
-- Calls are grouped by size class (a power of two of bytes).  The first calls of a
-  class form a *round*: the candidates run in turn, FIRST_TRIALS times each, in an
-  order every rank computes alike (the model's choice first, then the algorithm
+- nobody late enough (the model's choice is synchronous): the synchronous algorithms,
+  ``candidates()``;
+- a straggler-aware choice (the model expects the delay to pay for it): that choice
+  and the synchronous algorithms, so that it runs only where it is really faster.
+
+How, per size class (a power of two of bytes) and situation:
+
+- The first calls form a *round*: the candidates run in turn, FIRST_TRIALS times each,
+  in an order every rank computes alike (the model's choice first, then the algorithm
   table's order; the second pass reversed, so that a load that drifts touches every
   candidate alike).
-- Each rank notes when it entered and left each timed run on the common clock (rank
-  0's: the arrival table's offsets).  After the round's last run one ``Iallreduce``
-  (MAX) under the call's deadline gives every rank the same figures: a run took from
-  the last rank's entry to the last rank's exit (the benchmark's post-arrival time),
-  so a rank that came late by chance does not count against the algorithm it drew.
+- Each rank notes when it entered the call and when it left it, on the common clock
+  (rank 0's: the arrival table's offsets).  After the round's last run one
+  ``Iallreduce`` (MAX) under the call's deadline gives every rank the same figures: a
+  run took from the last rank's entry to the last rank's exit, the benchmark's
+  post-arrival time.  A straggler's delay therefore counts for no candidate, and
+  whatever ``auto`` does after the last arrival (notices, roles, the plan) counts for
+  the candidate it ran.
 - A candidate's time is the least of its runs (its first run may pay for building its
   plan); the least time wins, a tie goes to the earlier in the order.  Every rank
   holds the same figures, so every rank takes the same decision.
 - A new round comes RECHECK_FIRST calls of the class after the first, then after
-  twice as many, ... up to RECHECK_LAST, so a machine whose speed changes is followed.
-  It runs each candidate once (their plans are built by then), the fastest of the last
-  round first, and takes the fastest of its own runs.  A candidate that took more than
-  SLOWER times the fastest sits out every other round: it costs the most to time and
-  is the least likely to have become the fastest.
+  twice as many, ... up to RECHECK_LAST, so a machine whose speed changes is followed;
+  in a straggler-aware situation also as soon as the expected delay has grown past
+  GROWTH times the one of the last round (more of phase 1 may hide now), and the gaps
+  start over.  A later round runs each candidate once (their plans are built by then),
+  the fastest of the last round first, and takes the fastest of its own runs.  A
+  candidate that took more than SLOWER times the fastest sits out every other round:
+  it costs the most to time and is the least likely to have become the fastest.
 
-Only the synchronous choice is measured: whether a straggler-aware algorithm pays is
-the cost model's decision on the arrival history (policy.py), as before.
+Whether a straggler is late enough to try a straggler-aware algorithm at all stays the
+model's decision on the arrival history (policy.py), and so does who plays the straggler.
 """
 from __future__ import annotations
 
@@ -36,15 +48,19 @@ from dataclasses import dataclass, field
 import numpy as np
 from mpi4py import MPI
 
+from ..core import config as _config
 from ..core.errors import Pending
 from ..core.exchange import wait
 from ..core.lifetime import PROCESS
-from ..schedule.algorithms import TABLE
+from ..schedule.algorithms import TABLE, has_roles
+from .policy import expected_gap
 
 FIRST_TRIALS = 2      # timed runs of each candidate in a class's first round (later: one)
 RECHECK_FIRST = 32    # calls of a size class from the end of its first round to the next
 RECHECK_LAST = 1024   # the gap doubles up to this
 SLOWER = 2.0          # a candidate this much slower than the fastest sits out every other round
+GROWTH = 2.0          # a straggler delay this much longer than at the last round: measure again
+SYNCHRONOUS = "synchronous"   # the situation of calls whose model choice is synchronous
 
 AGREEMENT = "auto's agreement on its measured times (nobody late)"
 
@@ -96,37 +112,58 @@ def fastest(order: tuple, times: dict) -> str:
 
 @dataclass
 class SizeClass:
-    """What ``auto`` knows about the synchronous calls of one size class."""
+    """What ``auto`` knows about one size class in one situation (``Tuner.choose``)."""
+    names: tuple                  # the candidates
     choice: str | None = None     # the measured fastest (None: no round finished yet)
     times: dict = field(default_factory=dict)   # seconds per candidate, last round
-    calls: int = 0                # synchronous calls of this class so far
+    calls: int = 0                # calls of this class in this situation so far
     next_round: int = 1           # the call that starts the next round
     gap: int = RECHECK_FIRST      # calls from the end of a round to the next one
     rounds: int = 0               # rounds finished
     rested: tuple = ()            # the candidates that sat out the last round
+    delay: float = 0.0            # the expected straggler delay when the last round began
     order: tuple = ()             # the runs of the round under way (() between rounds)
     marks: list = field(default_factory=list)   # this rank's (entry, exit) of its runs
 
+    def due(self, delay: float) -> bool:
+        """Whether a round starts at this call: none under way, and its turn has come or
+        (a straggler-aware situation) the delay has grown past GROWTH times the last
+        round's, which may have changed what is fastest."""
+        if self.order:
+            return False
+        grown = self.choice is not None and delay > GROWTH * self.delay > 0.0
+        return self.calls >= self.next_round or grown
+
 
 class Tuner:
-    """One communicator's measured synchronous choices (every rank holds the same)."""
+    """One communicator's measured choices (every rank holds the same)."""
 
     def __init__(self, names: tuple, clock):
-        self.names = names            # candidates()
+        self.names = names            # candidates(): the synchronous algorithms
         self.clock = clock            # this rank's time on rank 0's clock
-        self.classes = {}             # size_class -> SizeClass
+        self.classes = {}             # (size_class, situation) -> SizeClass
         self.timing = None            # the SizeClass whose run this call is, if any
-        self.pick = None              # how choose() decided this call (entry() reads it)
+        self.pick = None              # how choose() decided this call (picked() reads it)
 
-    def choose(self, model_choice: str, nbytes: int) -> str:
-        """The synchronous algorithm of this call: the next run of a round under way or
-        due, else the measured choice (the model's before any round finished)."""
-        cls = self.classes.setdefault(size_class(nbytes), SizeClass())
+    def choose(self, model_choice: str, nbytes: int, delay: float = 0.0) -> str:
+        """What this call runs: the next run of a round under way or due, else the measured
+        choice (the model's before any round finished).  The situation is the model's
+        choice: synchronous, or a straggler-aware one (then it is a candidate too);
+        ``delay``: the straggler delay the model expects (seconds)."""
+        aware = has_roles(model_choice)
+        key = (size_class(nbytes), model_choice if aware else SYNCHRONOUS)
+        cls = self.classes.get(key)
+        if cls is None:
+            cls = self.classes[key] = SizeClass(((model_choice,) if aware else ()) + self.names)
         cls.calls += 1
-        if not cls.order and cls.calls >= cls.next_round:
-            cls.order = (trial_order(self.names, model_choice) if cls.choice is None
-                         else recheck_order(self.names, cls.times, cls.rested))
-            cls.marks = []
+        if cls.due(delay if aware else 0.0):
+            rested = cls.rested
+            if cls.choice is not None and cls.calls < cls.next_round:
+                cls.gap = RECHECK_FIRST           # a longer delay: the model's choice runs,
+                rested += (model_choice,)         # and the gaps start over
+            cls.order = (trial_order(cls.names, model_choice) if cls.choice is None
+                         else recheck_order(cls.names, cls.times, rested))
+            cls.marks, cls.delay = [], delay if aware else 0.0
         if cls.order:
             self.timing, self.pick = cls, "timed"
             return cls.order[len(cls.marks)]
@@ -145,19 +182,23 @@ class Tuner:
         now = timings(cls.order, shared[:, 0], shared[:, 1])
         cls.choice = fastest(cls.order, now)
         cls.times = {**cls.times, **now}          # one that sat out keeps its last time
-        cls.rested = tuple(a for a in self.names if a not in now)
+        cls.rested = tuple(a for a in cls.names if a not in now)
         cls.rounds += 1
         cls.next_round = cls.calls + cls.gap
         cls.gap = min(2 * cls.gap, RECHECK_LAST)
         cls.order, cls.marks = (), []
 
     def summary(self) -> dict:
-        """Per size class (its smallest size in bytes): what ``auto`` runs when nobody is
-        late, the last round's times (seconds), the rounds so far, and in how many calls the
-        next one starts (0: one is under way)."""
-        return {1 << k: {"algorithm": c.choice, "measured": dict(c.times), "rounds": c.rounds,
-                         "next_round_in": max(c.next_round - c.calls, 0) if not c.order else 0}
-                for k, c in sorted(self.classes.items())}
+        """Per size class (its smallest size in bytes) and situation ("synchronous", or the
+        model's straggler-aware choice): what ``auto`` runs, the last round's times
+        (seconds), the rounds so far, and in how many calls the next one starts (0: one
+        is under way)."""
+        out = {}
+        for (k, situation), c in sorted(self.classes.items()):
+            out.setdefault(1 << k, {})[situation] = {
+                "algorithm": c.choice, "measured": dict(c.times), "rounds": c.rounds,
+                "next_round_in": max(c.next_round - c.calls, 0) if not c.order else 0}
+        return out
 
 
 def setup(state) -> None:
@@ -165,29 +206,32 @@ def setup(state) -> None:
     state.tuning = Tuner(candidates(not state.topology.flat), state.arrivals().now)
 
 
-def synchronous(state, model_choice: str, nbytes: int) -> str:
-    """What an ``auto`` call whose choice is synchronous runs (``model_choice`` when the
-    state has no tuner)."""
+def choose(state, model_choice: str, nbytes: int) -> str:
+    """What an ``auto`` call runs, given the cost model's choice (that choice itself when
+    the state has no tuner, or with STRAGGLAR_AUTO_MEASURE=0)."""
     tuner = getattr(state, "tuning", None)
-    return model_choice if tuner is None else tuner.choose(model_choice, nbytes)
+    if tuner is None or not _config.current().auto_measure:
+        return model_choice
+    return tuner.choose(model_choice, nbytes, expected_gap(state.history))
 
 
-def entry(state):
-    """(this rank's common-clock time as it starts a timed run, or None when the call is
-    none; how this call's synchronous choice was made: "timed", "measured", "model", or
-    None when the tuner was not asked)."""
+def picked(state):
+    """(whether this call is a timed run, how ``choose`` decided it: "timed",
+    "measured", "model", or None when it was not asked); read once per call."""
     tuner = getattr(state, "tuning", None)
     if tuner is None:
-        return None, None
+        return False, None
     pick, tuner.pick = tuner.pick, None
-    return (None if tuner.timing is None else tuner.clock()), pick
+    return tuner.timing is not None, pick
 
 
-def exit_(state, started: float, deadline: float = 0.0) -> None:
-    """After a timed run (``entry`` gave ``started``); a round's last run agrees on the
-    figures with every rank, under ``deadline``."""
+def timed(state, t_call: float, deadline: float = 0.0) -> None:
+    """A timed run has ended on this rank (it entered the call at MPI_Wtime ``t_call``);
+    a round's last run agrees on the figures with every rank, under ``deadline``."""
     tuner = state.tuning
-    tuner.timed(started, tuner.clock(), lambda marks: agree(state.private, marks, deadline))
+    end = tuner.clock()
+    entry = end - (MPI.Wtime() - t_call)
+    tuner.timed(entry, end, lambda marks: agree(state.private, marks, deadline))
 
 
 def agree(comm, marks, deadline: float = 0.0):

@@ -1,5 +1,6 @@
-"""auto's measured synchronous choice (decide/tuning.py) on synthetic timings: it takes the
-fastest, every rank takes the same, it measures again later and follows a change."""
+"""auto's measured choice (decide/tuning.py) on synthetic timings: it takes the fastest,
+every rank takes the same, it measures again later and follows a change; with a
+straggler-aware model choice that choice is one more candidate."""
 from types import SimpleNamespace
 
 import numpy as np
@@ -8,9 +9,9 @@ import pytest
 from stragglar_mpi.decide import roles as _roles
 from stragglar_mpi.decide import tuning as _tuning
 from stragglar_mpi.decide.arrival import Arrival
-from stragglar_mpi.decide.tuning import (FIRST_TRIALS, RECHECK_FIRST, RECHECK_LAST, Tuner,
-                                         candidates, fastest, recheck_order, size_class, timings,
-                                         trial_order)
+from stragglar_mpi.decide.tuning import (FIRST_TRIALS, GROWTH, RECHECK_FIRST, RECHECK_LAST,
+                                         SYNCHRONOUS, Tuner, candidates, fastest, recheck_order,
+                                         size_class, timings, trial_order)
 
 MiB = 1 << 20
 NAMES = ("hring", "rhd", "native")
@@ -23,24 +24,24 @@ class Ranks:
         self.tuners = [Tuner(names, clock=None) for _ in range(n)]
         self.marks = {}         # size class -> every rank's (entry, exit) of the round under way
 
-    def call(self, nbytes, seconds, model_choice="hring", skew=lambda rank: 0.0, t0=0.0):
+    def call(self, nbytes, seconds, model_choice="hring", skew=lambda rank: 0.0, t0=0.0, delay=0.0):
         """One call on every rank: the same choice everywhere (asserted); a timed run takes
         ``seconds[name]`` from the last entry, each rank entering ``skew(rank)`` late."""
-        picks = [t.choose(model_choice, nbytes) for t in self.tuners]
+        picks = [t.choose(model_choice, nbytes, delay) for t in self.tuners]
         assert len(set(picks)) == 1, picks
         name = picks[0]
         if self.tuners[0].timing is None:
             return name
         last_entry = t0 + max(skew(r) for r in range(len(self.tuners)))
-        marks = self.marks.setdefault(size_class(nbytes), [[] for _ in self.tuners])
+        marks = self.marks.setdefault(id(self.tuners[0].timing), [[] for _ in self.tuners])
         for rank, tuner in enumerate(self.tuners):
             marks[rank].append((t0 + skew(rank), last_entry + seconds[name]))
         every = [np.array(m, dtype=np.float64).ravel() for m in marks]
-        done = len(marks[0]) == len(self.tuners[0].timing.order)
+        key, done = id(self.tuners[0].timing), len(marks[0]) == len(self.tuners[0].timing.order)
         for rank, tuner in enumerate(self.tuners):
             tuner.timed(*marks[rank][-1], agree=lambda v, rank=rank: self._agree(v, rank, every))
         if done:
-            del self.marks[size_class(nbytes)]
+            del self.marks[key]
         return name
 
     @staticmethod
@@ -48,8 +49,8 @@ class Ranks:
         np.testing.assert_array_equal(vector, every[rank])      # the rank passes its own marks
         return np.maximum.reduce(every)
 
-    def choices(self, nbytes):
-        return {t.classes[size_class(nbytes)].choice for t in self.tuners}
+    def choices(self, nbytes, situation=SYNCHRONOUS):
+        return {t.classes[size_class(nbytes), situation].choice for t in self.tuners}
 
 
 def test_candidates_are_the_synchronous_algorithms():
@@ -88,7 +89,7 @@ def test_it_takes_the_fastest_measured_not_the_model_choice():
     assert ran == list(trial_order(NAMES, "hring"))
     assert ranks.choices(16 * MiB) == {"rhd"}
     assert [ranks.call(16 * MiB, seconds) for _ in range(5)] == ["rhd"] * 5
-    summary = ranks.tuners[0].summary()[16 * MiB]
+    summary = ranks.tuners[0].summary()[16 * MiB][SYNCHRONOUS]
     assert summary["algorithm"] == "rhd" and summary["rounds"] == 1
     assert summary["measured"] == pytest.approx(seconds)
 
@@ -106,7 +107,7 @@ def test_every_rank_agrees_and_a_late_entry_does_not_count_against_a_candidate()
     for calls in range(len(NAMES) * FIRST_TRIALS):
         ranks.call(8 * MiB, seconds, skew=skew, t0=float(calls))
     assert ranks.choices(8 * MiB) == {"rhd"}
-    assert len({tuple(sorted(t.summary()[8 * MiB]["measured"].items())) for t in ranks.tuners}) == 1
+    assert len({repr(t.summary()) for t in ranks.tuners}) == 1
 
 
 def test_size_classes_are_measured_apart():
@@ -127,7 +128,7 @@ def test_rounds_come_back_at_doubling_gaps_and_follow_a_change():
     while call < 6000:
         call += 1
         ranks.call(16 * MiB, before if call < 3000 else after)
-        cls = ranks.tuners[0].classes[size_class(16 * MiB)]
+        cls = ranks.tuners[0].classes[size_class(16 * MiB), SYNCHRONOUS]
         if len(cls.marks) == 1:                                 # a round's first run
             rounds.append((call, cls.order))
         if call == 2999:
@@ -142,7 +143,46 @@ def test_rounds_come_back_at_doubling_gaps_and_follow_a_change():
     assert ranks.choices(16 * MiB) == {"hring"}                # followed at the next round
 
 
-def test_roles_asks_the_tuner_only_when_nobody_is_late(monkeypatch):
+def test_with_a_straggler_aware_model_choice_it_runs_only_where_it_is_faster():
+    """The model expects a delay that pays: its choice is one more candidate (timed from
+    the straggler's entry like the others), kept apart from the synchronous situation."""
+    ranks = Ranks(4)
+    loaded = {"hierarchical": 0.180, "hring": 0.150, "rhd": 0.155, "native": 1.0}
+    late = lambda rank: 0.300 if rank == 3 else 0.0          # noqa: E731 (the straggler's delay)
+    order = trial_order(("hierarchical",) + NAMES, "hierarchical")
+    ran = [ranks.call(64 * MiB, loaded, "hierarchical", skew=late, delay=0.3) for _ in order]
+    assert ran == list(order) and order[0] == "hierarchical"
+    assert ranks.choices(64 * MiB, "hierarchical") == {"hring"}
+    assert ranks.call(64 * MiB, loaded, "hierarchical", skew=late, delay=0.3) == "hring"
+    assert (size_class(64 * MiB), SYNCHRONOUS) not in ranks.tuners[0].classes
+    # where it is faster, it runs
+    ranks = Ranks(4)
+    fast = dict(loaded, hierarchical=0.100)
+    for _ in order:
+        ranks.call(64 * MiB, fast, "hierarchical", skew=late, delay=0.3)
+    assert ranks.call(64 * MiB, fast, "hierarchical", skew=late, delay=0.3) == "hierarchical"
+
+
+def test_a_delay_that_grows_is_measured_again_at_once():
+    ranks = Ranks(2)
+    short = {"hierarchical": 0.400, "hring": 0.150, "rhd": 0.155, "native": 1.0}
+    for _ in range(8):
+        ranks.call(64 * MiB, short, "hierarchical", delay=0.05)
+    cls = ranks.tuners[0].classes[size_class(64 * MiB), "hierarchical"]
+    assert ranks.choices(64 * MiB, "hierarchical") == {"hring"} and not cls.order
+    for _ in range(5):                                        # the same delay: its turn is later
+        assert ranks.call(64 * MiB, short, "hierarchical", delay=0.05 * GROWTH) == "hring"
+        assert not cls.order
+    longer = dict(short, hierarchical=0.100)                  # now phase 1 hides in it
+    ranks.call(64 * MiB, longer, "hierarchical", delay=0.05 * GROWTH * 1.1)
+    assert "hierarchical" in cls.order                        # over SLOWER x, yet it runs
+    while cls.order:
+        ranks.call(64 * MiB, longer, "hierarchical", delay=0.12)
+    assert ranks.choices(64 * MiB, "hierarchical") == {"hierarchical"}
+    assert cls.gap == 2 * RECHECK_FIRST and cls.rounds == 2  # the gaps started over
+
+
+def test_roles_asks_the_tuner_with_the_model_choice(monkeypatch):
     monkeypatch.delenv("STRAGGLAR_MODEL", raising=False)
     quiet = Arrival(tuple(range(8)), (0.0,) * 8)
     late = Arrival(tuple(range(8)), (0.0,) * 7 + (1.0,))
@@ -152,15 +192,16 @@ def test_roles_asks_the_tuner_only_when_nobody_is_late(monkeypatch):
     state.arrivals = lambda: pytest.fail("an unsampled call reads no arrival table")
     first = trial_order(candidates(False), "native")
     assert _roles.roles(state, "auto", "arrival", 64 * MiB, 8) == (first[0], None)
-    assert _tuning.entry(state)[1] == "timed"
-    assert _tuning.entry(state)[1] is None                      # read once per call
+    assert _tuning.picked(state) == (True, "timed")
+    assert _tuning.picked(state)[1] is None                     # read once per call
     tuner.timing = None
-    # a delay that pays: the model's straggler-aware choice, the tuner not asked
+    # a delay that pays: the model's straggler-aware choice is the first run of its round
     state.history = [late] * 8
     state.arrivals = lambda: _Arrivals(late)
     assert _roles.roles(state, "auto", 7, 64 * MiB, 8) == ("stragglar", 7)
-    assert tuner.classes[size_class(64 * MiB)].calls == 1
-    assert _tuning.entry(state) == (None, None)
+    assert tuner.classes[size_class(64 * MiB), "stragglar"].names == ("stragglar",) + candidates(False)
+    assert tuner.classes[size_class(64 * MiB), SYNCHRONOUS].calls == 1
+    assert _tuning.picked(state) == (True, "timed")
 
 
 class _Arrivals:
@@ -181,5 +222,5 @@ class _Arrivals:
 
 def test_without_a_tuner_the_model_choice_stands():
     state = SimpleNamespace()
-    assert _tuning.synchronous(state, "hring", 64 * MiB) == "hring"
-    assert _tuning.entry(state) == (None, None)
+    assert _tuning.choose(state, "hring", 64 * MiB) == "hring"
+    assert _tuning.picked(state) == (False, None)
