@@ -15,28 +15,31 @@ measures the candidates it leaves:
 
 How, per size class (a power of two of bytes) and situation:
 
-- The first calls form a *round*: the candidates run in turn, FIRST_TRIALS times each,
-  in an order every rank computes alike (the model's choice first, then the algorithm
-  table's order; the second pass reversed, so that a load that drifts touches every
-  candidate alike).
+- The first calls form a *round*.  Its first pass runs the candidates in turn,
+  FIRST_TRIALS times each, in an order every rank computes alike (the model's choice
+  first, then the algorithm table's order; the second time reversed, so that a load
+  that drifts touches every candidate alike).
 - Each rank notes when it entered the call and when it left it, on the common clock
-  (rank 0's: the arrival table's offsets).  After the round's last run one
-  ``Iallreduce`` (MAX) under the call's deadline gives every rank the same figures: a
-  run took from the last rank's entry to the last rank's exit, the benchmark's
-  post-arrival time.  A straggler's delay therefore counts for no candidate, and
-  whatever ``auto`` does after the last arrival (notices, roles, the plan) counts for
-  the candidate it ran.
-- A candidate's time is the least of its runs (its first run may pay for building its
-  plan); the least time wins, a tie goes to the earlier in the order.  Every rank
+  (rank 0's: the arrival table's offsets).  After the pass one ``Iallreduce`` (MAX)
+  under the call's deadline gives every rank the same figures: a run took from the
+  last rank's entry to the last rank's exit, the benchmark's post-arrival time.  A
+  straggler's delay therefore counts for no candidate, and whatever ``auto`` does
+  after the last arrival (notices, roles, the plan) counts for the candidate it ran.
+- A candidate's time is the lower median of its runs (of two, the better: the first
+  may pay for building its plan).  When more than one candidate is within CLOSE times
+  the fastest, a second pass runs those CLOSE_RUNS times more (the fastest first, then
+  reversed) and a second ``Iallreduce`` agrees on them: the near-equal ones are where a
+  noisy pair of runs would decide wrongly, and timing them costs almost nothing.
+- The least time wins, a tie goes to the candidate earlier in the table.  Every rank
   holds the same figures, so every rank takes the same decision.
 - A new round comes RECHECK_FIRST calls of the class after the first, then after
   twice as many, ... up to RECHECK_LAST, so a machine whose speed changes is followed;
   in a straggler-aware situation also as soon as the expected delay has grown past
   GROWTH times the one of the last round (more of phase 1 may hide now), and the gaps
-  start over.  A later round runs each candidate once (their plans are built by then),
-  the fastest of the last round first, and takes the fastest of its own runs.  A
-  candidate that took more than SLOWER times the fastest sits out every other round:
-  it costs the most to time and is the least likely to have become the fastest.
+  start over.  A later round's first pass runs each candidate once (their plans are
+  built by then), the fastest of the last round first; a candidate that took more than
+  SLOWER times the fastest sits out every other round: it costs the most to time and
+  is the least likely to have become the fastest.
 
 Whether a straggler is late enough to try a straggler-aware algorithm at all stays the
 model's decision on the arrival history (policy.py), and so does who plays the straggler.
@@ -56,6 +59,8 @@ from ..schedule.algorithms import TABLE, has_roles
 from .policy import expected_gap
 
 FIRST_TRIALS = 2      # timed runs of each candidate in a class's first round (later: one)
+CLOSE = 1.5           # candidates within this factor of the fastest get a second pass...
+CLOSE_RUNS = 2        # ...of this many runs each
 RECHECK_FIRST = 32    # calls of a size class from the end of its first round to the next
 RECHECK_LAST = 1024   # the gap doubles up to this
 SLOWER = 2.0          # a candidate this much slower than the fastest sits out every other round
@@ -97,17 +102,31 @@ def recheck_order(names: tuple, times: dict, rested: tuple = ()) -> tuple:
     return tuple(sorted(runs, key=lambda a: times.get(a, float("inf"))))
 
 
-def timings(order: tuple, starts, ends) -> dict:
-    """Seconds of each candidate: the least over its runs of (last exit - last entry)."""
-    times = {}
-    for name, start, end in zip(order, starts, ends):
-        times[name] = min(times.get(name, float("inf")), float(end - start))
-    return times
+def lower_median(values) -> float:
+    """The lower median: of two values the smaller, of four the second smallest."""
+    ordered = sorted(values)
+    return float(ordered[(len(ordered) - 1) // 2])
 
 
-def fastest(order: tuple, times: dict) -> str:
-    """The candidate with the least time; a tie goes to the one earlier in ``order``."""
-    return min(times, key=lambda name: (times[name], order.index(name)))
+def timings(runs: dict) -> dict:
+    """Seconds of each candidate: the lower median of its runs' (last exit - last entry)."""
+    return {name: lower_median(times) for name, times in runs.items()}
+
+
+def close_order(times: dict, names: tuple) -> tuple:
+    """The second pass of a round: the candidates within CLOSE times the fastest, the
+    fastest first, CLOSE_RUNS times (every other time reversed); () unless two or more."""
+    best = min(times.values())
+    close = tuple(sorted((a for a in names if a in times and times[a] <= CLOSE * best),
+                         key=lambda a: times[a]))
+    if len(close) < 2:
+        return ()
+    return trial_order(close, close[0], CLOSE_RUNS)
+
+
+def fastest(names: tuple, times: dict) -> str:
+    """The candidate with the least time; a tie goes to the one earlier in ``names``."""
+    return min(times, key=lambda name: (times[name], names.index(name)))
 
 
 @dataclass
@@ -122,8 +141,10 @@ class SizeClass:
     rounds: int = 0               # rounds finished
     rested: tuple = ()            # the candidates that sat out the last round
     delay: float = 0.0            # the expected straggler delay when the last round began
-    order: tuple = ()             # the runs of the round under way (() between rounds)
+    order: tuple = ()             # the runs of the pass under way (() between rounds)
     marks: list = field(default_factory=list)   # this rank's (entry, exit) of its runs
+    runs: dict = field(default_factory=dict)    # candidate -> agreed seconds of this round's runs
+    second: bool = False          # the pass under way is the second
 
     def due(self, delay: float) -> bool:
         """Whether a round starts at this call: none under way, and its turn has come or
@@ -163,7 +184,7 @@ class Tuner:
                 rested += (model_choice,)         # and the gaps start over
             cls.order = (trial_order(cls.names, model_choice) if cls.choice is None
                          else recheck_order(cls.names, cls.times, rested))
-            cls.marks, cls.delay = [], delay if aware else 0.0
+            cls.marks, cls.runs, cls.second, cls.delay = [], {}, False, delay if aware else 0.0
         if cls.order:
             self.timing, self.pick = cls, "timed"
             return cls.order[len(cls.marks)]
@@ -172,21 +193,28 @@ class Tuner:
 
     def timed(self, entry: float, exit_: float, agree) -> None:
         """This rank ran the current call's run from ``entry`` to ``exit_`` (common clock).
-        After a round's last run ``agree(vector)`` (the elementwise max over the ranks)
-        gives every rank the same figures, and the class takes the fastest."""
+        After a pass's last run ``agree(vector)`` (the elementwise max over the ranks)
+        gives every rank the same figures; then a second pass, or the class takes the
+        fastest."""
         cls, self.timing = self.timing, None
         cls.marks.append((entry, exit_))
         if len(cls.marks) < len(cls.order):
             return
         shared = agree(np.array(cls.marks, dtype=np.float64).ravel()).reshape(-1, 2)
-        now = timings(cls.order, shared[:, 0], shared[:, 1])
-        cls.choice = fastest(cls.order, now)
+        for name, (start, end) in zip(cls.order, shared.tolist()):
+            cls.runs.setdefault(name, []).append(end - start)
+        now = timings(cls.runs)
+        cls.order, cls.marks = (() if cls.second else close_order(now, cls.names)), []
+        if cls.order:
+            cls.second = True
+            return
+        cls.choice = fastest(cls.names, now)
         cls.times = {**cls.times, **now}          # one that sat out keeps its last time
         cls.rested = tuple(a for a in cls.names if a not in now)
         cls.rounds += 1
         cls.next_round = cls.calls + cls.gap
         cls.gap = min(2 * cls.gap, RECHECK_LAST)
-        cls.order, cls.marks = (), []
+        cls.runs, cls.second = {}, False
 
     def summary(self) -> dict:
         """Per size class (its smallest size in bytes) and situation ("synchronous", or the
