@@ -35,8 +35,8 @@ How, per size class (a power of two of bytes) and situation:
 - A new round comes RECHECK_FIRST calls of the class after the first, then after
   twice as many, ... up to RECHECK_LAST, so a machine whose speed changes is followed;
   in a straggler-aware situation also as soon as the expected delay has grown past
-  GROWTH times the one of the last round (more of phase 1 may hide now), and the gaps
-  start over.  A later round's first pass runs each candidate once (their plans are
+  GROWTH times the one at the end of the last round (more of phase 1 may hide now), and
+  the gaps start over.  A later round's first pass runs each candidate once (their plans are
   built by then), the fastest of the last round first; a candidate that took more than
   SLOWER times the fastest sits out every other round: it costs the most to time and
   is the least likely to have become the fastest.
@@ -140,7 +140,8 @@ class SizeClass:
     gap: int = RECHECK_FIRST      # calls from the end of a round to the next one
     rounds: int = 0               # rounds finished
     rested: tuple = ()            # the candidates that sat out the last round
-    delay: float = 0.0            # the expected straggler delay when the last round began
+    delay: float = 0.0            # the expected straggler delay when the last round ended
+    latest: float = 0.0           # the expected straggler delay at the latest call
     order: tuple = ()             # the runs of the pass under way (() between rounds)
     marks: list = field(default_factory=list)   # this rank's (entry, exit) of its runs
     runs: dict = field(default_factory=dict)    # candidate -> agreed seconds of this round's runs
@@ -177,14 +178,15 @@ class Tuner:
         if cls is None:
             cls = self.classes[key] = SizeClass(((model_choice,) if aware else ()) + self.names)
         cls.calls += 1
-        if cls.due(delay if aware else 0.0):
+        cls.latest = delay if aware else 0.0
+        if cls.due(cls.latest):
             rested = cls.rested
             if cls.choice is not None and cls.calls < cls.next_round:
                 cls.gap = RECHECK_FIRST           # a longer delay: the model's choice runs,
                 rested += (model_choice,)         # and the gaps start over
             cls.order = (trial_order(cls.names, model_choice) if cls.choice is None
                          else recheck_order(cls.names, cls.times, rested))
-            cls.marks, cls.runs, cls.second, cls.delay = [], {}, False, delay if aware else 0.0
+            cls.marks, cls.runs, cls.second = [], {}, False
         if cls.order:
             self.timing, self.pick = cls, "timed"
             return cls.order[len(cls.marks)]
@@ -212,6 +214,7 @@ class Tuner:
         cls.times = {**cls.times, **now}          # one that sat out keeps its last time
         cls.rested = tuple(a for a in cls.names if a not in now)
         cls.rounds += 1
+        cls.delay = cls.latest      # what the round measured under (the history lags a change)
         cls.next_round = cls.calls + cls.gap
         cls.gap = min(2 * cls.gap, RECHECK_LAST)
         cls.runs, cls.second = {}, False

@@ -220,6 +220,27 @@ def test_a_delay_that_grows_is_measured_again_at_once():
     assert cls.gap == 2 * RECHECK_FIRST and cls.rounds == 2  # the gaps started over
 
 
+def test_the_delay_of_a_round_is_the_one_at_its_end():
+    """The expected delay (a median of recent calls) lags a change: a round that began
+    with the old one and ended with the new one measured the new one."""
+    ranks = Ranks(2)
+    seconds = {"hierarchical": 0.100, "hring": 0.150, "rhd": 0.155, "native": 1.0}
+    calls = [0]
+
+    def call():
+        calls[0] += 1
+        return ranks.call(64 * MiB, seconds, "hierarchical", delay=0.3 if calls[0] < 5 else 1.0)
+
+    call()
+    cls = ranks.tuners[0].classes[size_class(64 * MiB), "hierarchical"]
+    while cls.rounds == 0:
+        call()
+    assert cls.delay == 1.0
+    for _ in range(5):
+        call()
+    assert cls.rounds == 1 and not cls.order            # no second round for the same delay
+
+
 def test_roles_asks_the_tuner_with_the_model_choice(monkeypatch):
     monkeypatch.delenv("STRAGGLAR_MODEL", raising=False)
     quiet = Arrival(tuple(range(8)), (0.0,) * 8)
