@@ -25,11 +25,14 @@ How, per size class (a power of two of bytes) and situation:
   last rank's entry to the last rank's exit, the benchmark's post-arrival time.  A
   straggler's delay therefore counts for no candidate, and whatever ``auto`` does
   after the last arrival (notices, roles, the plan) counts for the candidate it ran.
-- A candidate's time is the lower median of its runs (of two, the better: the first
-  may pay for building its plan).  When more than one candidate is within CLOSE times
-  the fastest, a second pass runs those CLOSE_RUNS times more (the fastest first, then
-  reversed) and a second ``Iallreduce`` agrees on them: the near-equal ones are where a
-  noisy pair of runs would decide wrongly, and timing them costs almost nothing.
+- When more than one candidate's best run is within CLOSE times the fastest one's (the
+  best, because a first run may pay for building its plan), a second pass runs those
+  CLOSE_RUNS times more (the fastest first, then reversed) and a second ``Iallreduce``
+  agrees on them: the near-equal ones are where a few noisy runs decide wrongly, and
+  timing them costs almost nothing.  A candidate's time is then the median of its runs,
+  the statistic a job's steady state sees (a low quantile, such as the best run, favours
+  an algorithm whose times spread wide: measured so, hierarchical beat hring while its
+  median over 31 calls was 1.19x hring's).
 - The least time wins, a tie goes to the candidate earlier in the table.  Every rank
   holds the same figures, so every rank takes the same decision.
 - A new round comes RECHECK_FIRST calls of the class after the first, then after
@@ -46,6 +49,7 @@ model's decision on the arrival history (policy.py), and so does who plays the s
 """
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -60,7 +64,7 @@ from .policy import expected_gap
 
 FIRST_TRIALS = 2      # timed runs of each candidate in a class's first round (later: one)
 CLOSE = 1.5           # candidates within this factor of the fastest get a second pass...
-CLOSE_RUNS = 2        # ...of this many runs each
+CLOSE_RUNS = 3        # ...of this many runs each
 RECHECK_FIRST = 32    # calls of a size class from the end of its first round to the next
 RECHECK_LAST = 1024   # the gap doubles up to this
 SLOWER = 2.0          # a candidate this much slower than the fastest sits out every other round
@@ -102,20 +106,15 @@ def recheck_order(names: tuple, times: dict, rested: tuple = ()) -> tuple:
     return tuple(sorted(runs, key=lambda a: times.get(a, float("inf"))))
 
 
-def lower_median(values) -> float:
-    """The lower median: of two values the smaller, of four the second smallest."""
-    ordered = sorted(values)
-    return float(ordered[(len(ordered) - 1) // 2])
-
-
 def timings(runs: dict) -> dict:
-    """Seconds of each candidate: the lower median of its runs' (last exit - last entry)."""
-    return {name: lower_median(times) for name, times in runs.items()}
+    """Seconds of each candidate: the median of its runs' (last exit - last entry)."""
+    return {name: statistics.median(times) for name, times in runs.items()}
 
 
 def close_order(times: dict, names: tuple) -> tuple:
-    """The second pass of a round: the candidates within CLOSE times the fastest, the
-    fastest first, CLOSE_RUNS times (every other time reversed); () unless two or more."""
+    """The second pass of a round: the candidates whose ``times`` (their best runs) are
+    within CLOSE times the fastest's, the fastest first, CLOSE_RUNS times (every other
+    time reversed); () unless two or more."""
     best = min(times.values())
     close = tuple(sorted((a for a in names if a in times and times[a] <= CLOSE * best),
                          key=lambda a: times[a]))
@@ -205,11 +204,13 @@ class Tuner:
         shared = agree(np.array(cls.marks, dtype=np.float64).ravel()).reshape(-1, 2)
         for name, (start, end) in zip(cls.order, shared.tolist()):
             cls.runs.setdefault(name, []).append(end - start)
+        if not cls.second:
+            best = {name: min(times) for name, times in cls.runs.items()}
+            cls.order, cls.marks, cls.second = close_order(best, cls.names), [], True
+            if cls.order:
+                return
         now = timings(cls.runs)
-        cls.order, cls.marks = (() if cls.second else close_order(now, cls.names)), []
-        if cls.order:
-            cls.second = True
-            return
+        cls.order, cls.marks = (), []
         cls.choice = fastest(cls.names, now)
         cls.times = {**cls.times, **now}          # one that sat out keeps its last time
         cls.rested = tuple(a for a in cls.names if a not in now)
