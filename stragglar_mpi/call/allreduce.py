@@ -24,6 +24,7 @@ from ..core.lifetime import PROCESS
 from ..core.state import KEYVAL, Turn, begin_setup, peek, setup_state
 from ..core.steps import drive
 from ..decide import roles as _roles
+from ..decide import tuning as _tuning
 from ..memory.buffers import Message
 from ..run import hierarchical as _hierarchical
 from ..run import transport as _transport
@@ -123,14 +124,18 @@ def steps(comm, seq, args, settings, t_call, deadline, turn):
         raise RuntimeError(f"stragglar_mpi: this communicator is unusable after: {seq.broken}")
     try:
         name, straggler, tracked = yield from _decide(seq, args, deadline)
+        timed, how = _tuning.picked(seq)   # a run of auto's measurements (decide/tuning.py)
         transport = None if name == "native" else _transport.name(settings)
         t_p1, first = yield from execute(comm, seq, name, straggler, args, transport, deadline, turn)
     finally:
         turn.release()
     sent = (yield from _roles.settle(seq, deadline)) if tracked else 0   # the record: every rank's time
+    if timed:
+        yield from _tuning.timed(seq, t_call, deadline)
     t_end = MPI.Wtime()
+    how = (how or "model") if args.name == "auto" else None
     record(seq.owner, CallRecord(name, straggler, args.policy, t_call, t_p1 or t_call, first, t_end,
-                                 transport, args.route, sent))
+                                 transport, args.route, sent, how))
     if tracked and seq is seq.owner:      # the straggler report keeps the blocking calls
         post = t_end - (first if first is not None else t_call)
         log_of(seq, args.n, comm.Get_name()).ran(seq.tracked_seq, name, straggler,

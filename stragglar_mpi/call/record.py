@@ -21,6 +21,7 @@ class CallRecord:
     transport: str | None    # "cython", "python"; None for native
     memory: str = "host"     # the route: "host", "device", "staged"
     arrival_messages: int = 0  # arrival messages this rank sent for the call (decide/arrival.py)
+    auto: str | None = None  # how "auto" chose: "model", "measured", "timed" (decide/tuning.py); None: asked for by name
 
     def as_dict(self) -> dict:
         arrived = self.first if self.first is not None else self.t_p1
@@ -34,6 +35,7 @@ class CallRecord:
             "wait": arrived - self.t_p1,
             "post_arrival": self.t_end - arrived,
             "total": self.t_end - self.t_call,
+            "auto": self.auto,
         }
 
 

@@ -35,6 +35,7 @@ from ..core.lifetime import PROCESS, REPORT
 from ..core.state import peek
 from ..schedule.algorithms import STRAGGLER_AWARE
 from ..schedule.tiers import costs
+from ..schedule.units import format_size
 
 KEPT = 4096          # calls a report covers (the most recent)
 
@@ -47,8 +48,9 @@ def lateness(record) -> float:
 class Log:
     """The recorded calls of one communicator: (record, algorithm, straggler, bytes, post-arrival)."""
 
-    def __init__(self, n, label, tiers=None):
+    def __init__(self, n, label, tiers=None, tuning=None):
         self.n, self.label, self.tiers = n, label, tiers     # tiers: (topology, links) or None
+        self.tuning = tuning              # auto's measured synchronous choices (decide/tuning.Tuner)
         self.pending = {}                 # tracked call number -> what ran, until its record comes
         self.calls = deque(maxlen=KEPT)
         PROCESS.register("logs", self)
@@ -66,7 +68,7 @@ class Log:
 
 def log_of(state, n, label="") -> Log:
     if getattr(state, "log", None) is None:
-        state.log = Log(n, label, state.tiers())
+        state.log = Log(n, label, state.tiers(), getattr(state, "tuning", None))
     return state.log
 
 
@@ -106,8 +108,8 @@ def render(log, n, label) -> str:
     calls = list(log.calls) if log is not None else []
     head = f"stragglar_mpi straggler report: {label}, {n} ranks, {len(calls)} recorded calls"
     if not calls:
-        return head + " (a call is recorded when it takes roles by arrival, is sampled by auto, " \
-                      "or runs under STRAGGLAR_TIMEOUT)"
+        return "\n".join([head + " (a call is recorded when it takes roles by arrival, is sampled "
+                          "by auto, or runs under STRAGGLAR_TIMEOUT)"] + _measured(log))
     synchronous, pricing = _pricing(log, n)
     lines = [head, f"{'rank':>4} {'last':>6} {'share':>6} {'late ms p50':>11} {'p95':>8} "
                    f"{'StragglAR':>9} {'saved ms':>9}"]
@@ -125,7 +127,22 @@ def render(log, n, label) -> str:
     lines.append("ran: " + ", ".join(f"{name} {count}" for name, count in sorted(ran.items())))
     lines.append(f"saved in all: {total:.3f} ms against a model of the best synchronous AllReduce, "
                  f"priced with {pricing}")
-    return "\n".join(lines)
+    return "\n".join(lines + _measured(log))
+
+
+def _measured(log):
+    """What auto runs per size class and situation, and the times it measured there
+    (decide/tuning.py)."""
+    classes = log.tuning.summary() if log is not None and log.tuning is not None else {}
+    lines = [f"  from {format_size(low)}, {situation}: {c['algorithm']} ("
+             + ", ".join(f"{name} {t * 1e3:.3f}" for name, t in sorted(c["measured"].items(),
+                                                                       key=lambda kv: kv[1]))
+             + f" ms; {c['rounds']} round(s), next in {c['next_round_in']} calls)"
+             for low, situations in classes.items() for situation, c in situations.items()
+             if c["algorithm"] is not None]
+    return (["auto ran what it measured fastest (last entry to last exit, best of its runs), "
+             "per size and the model's choice (synchronous, or a straggler-aware one):"]
+            + lines) if lines else []
 
 
 def _quantile(sorted_values, q):

@@ -131,6 +131,12 @@ KNOBS = (
          "`auto`'s cost model: `alpha_seconds,bandwidth_bytes_per_s,margin`, optionally "
          "`,alpha_inter,bandwidth_inter` for the links between nodes (else measured at setup); "
          "set the bandwidth to your links"),
+    # The model prices links and knows no CPUs: measured, its choice lost on a loaded
+    # machine (issue 24, docs/BENCHMARKS.md); decide/tuning.py.
+    Knob("STRAGGLAR_AUTO_MEASURE", "auto_measure", "1", _flag,
+         "`1`: `auto` times the candidates its cost model leaves (the synchronous AllReduces, and a "
+         "straggler-aware one when the model expects the delay to pay) and runs the fastest; "
+         "`0`: it runs the model's choice"),
     Knob("STRAGGLAR_TIMEOUT", "timeout", "off", _timeout,
          "seconds a call waits for late ranks before `StragglerTimeout`"),
     Knob("STRAGGLAR_VALIDATE", "validate", "0", _flag,
@@ -157,6 +163,7 @@ class Settings:
     transport: str
     auto_min_bytes: int
     model: tuple                 # (alpha s, bandwidth B/s, margin[, alpha_inter s, bandwidth_inter B/s])
+    auto_measure: bool           # auto measures its candidates (decide/tuning.py)
     timeout: float | None
     validate: bool
     report: bool

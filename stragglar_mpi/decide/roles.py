@@ -15,6 +15,7 @@ from ..core import config as _config
 from ..core.errors import Pending
 from ..schedule.algorithms import has_roles
 from . import topology as _topology
+from . import tuning as _tuning
 from .arrival import GroupTable
 from .clock import offsets
 from .notices import NoticeTable
@@ -38,6 +39,7 @@ def setup(state):
         else:
             links = _topology.measure(state.private, topology)
     state.set_layout(topology, links)
+    _tuning.setup(state)
 
 
 class Tables:
@@ -86,7 +88,7 @@ def roles(seq, name, policy, nbytes, n, tracked=False, deadline=0.0):
     if not (needs_roles or (tracked and n > 1)):
         return name, (policy if has_roles(name) else None)
     if name == "auto" and not tracked and not sampled(seq, n, nbytes):
-        return synchronous_algorithm(nbytes, seq.tiers()), None
+        return _tuning.choose(seq, synchronous_algorithm(nbytes, seq.tiers()), nbytes), None
     arrivals = seq.arrivals()
     if (yield from arrivals.arrive(deadline)) is None:
         raise Pending((), "the arrival notices of the previous call")
@@ -114,7 +116,7 @@ def settle(seq, deadline=0.0):
 
 def _choose(seq, arrivals, name, policy, nbytes, n, deadline):
     if name == "auto":
-        name = auto_algorithm(seq.history, n, nbytes, seq.tiers())
+        name = _tuning.choose(seq, auto_algorithm(seq.history, n, nbytes, seq.tiers()), nbytes)
     if not has_roles(name):
         return name, None
     if policy == "predict":

@@ -10,6 +10,7 @@ from stragglar_mpi import Allreduce, stats
 from stragglar_mpi.core.steps import drive
 from stragglar_mpi.decide.arrival import coordinator
 from stragglar_mpi.decide.policy import synchronous_algorithm
+from stragglar_mpi.decide.tuning import CLOSE_RUNS, SYNCHRONOUS, size_class, trial_order
 from stragglar_mpi.call.allreduce import state_of
 
 
@@ -131,9 +132,10 @@ def test_predict_learns_a_persistent_straggler_without_waiting(comm):
 
 
 def test_auto_goes_native_without_delay_and_stragglar_with_one(comm, setenv):
-    # Fixed links (1 GB/s inside a node, 0.27 GB/s between), not a ping-pong under load:
-    # on two nodes of two the measured ones put hierarchical within a few percent of hring.
-    setenv(STRAGGLAR_MODEL="1e-5,1e9,1.05,3e-5,2.7e8")
+    # The model's choices: fixed links (1 GB/s inside a node, 0.27 GB/s between), not a
+    # ping-pong under load (on two nodes of two the measured ones put hierarchical within a
+    # few percent of hring), and no measured runs (the load would decide).
+    setenv(STRAGGLAR_MODEL="1e-5,1e9,1.05,3e-5,2.7e8", STRAGGLAR_AUTO_MEASURE=0)
     n = comm.Get_size()
     c = comm.Dup()
     try:
@@ -169,6 +171,100 @@ def test_auto_goes_native_without_delay_and_stragglar_with_one(comm, setenv):
         small = np.ones(8, np.float32)
         Allreduce(c, MPI.IN_PLACE, small)
         assert stats(c)["last"]["algorithm"] == "native" and small[0] == n
+    finally:
+        c.Free()
+
+
+def test_auto_runs_the_synchronous_algorithm_it_measured_fastest(comm, setenv):
+    """Nobody late: the first calls of a size run every synchronous candidate twice, in
+    the same order on every rank, then the close ones twice more; every rank holds the
+    same times (an Iallreduce per pass) and runs the fastest of them, across nodes as on
+    one.  A margin no delay can pay keeps the model's choice synchronous: a rank
+    descheduled under load must not look like a straggler here."""
+    n = comm.Get_size()
+    if n < 2:
+        pytest.skip("needs two ranks")
+    if os.environ.get("STRAGGLAR_TRANSPORT") == "python":
+        pytest.skip("the decision does not depend on the transport: once is enough")
+    setenv(STRAGGLAR_MODEL="1e-5,1e9,1e6")
+    c = comm.Dup()
+    try:
+        count = 1 << 20                              # 4 MiB of float32: auto decides from here
+        send = fill(c.Get_rank(), 1, count)
+        recv = np.zeros_like(send)
+        ran, how = [], []
+
+        def call():
+            c.Barrier()
+            Allreduce(c, send, recv)
+            np.testing.assert_array_equal(recv, want(n, 1, count))
+            ran.append(stats(c)["last"]["algorithm"])
+            how.append(stats(c)["last"]["auto"])
+
+        call()
+        tuner = state_of(c).tuning
+        cls = tuner.classes[size_class(count * 4), SYNCHRONOUS]
+        order = trial_order(tuner.names, synchronous_algorithm(count * 4, state_of(c).tiers()))
+        assert ("hring" in tuner.names) == (state_of(c).tiers() is not None)
+        while cls.rounds == 0:
+            assert len(ran) < len(order) + CLOSE_RUNS * len(tuner.names)
+            call()
+        rounds = len(ran)
+        call()
+        call()
+        summary = tuner.summary()[1 << size_class(count * 4)][SYNCHRONOUS]
+        assert same_everywhere(c, (tuple(ran), repr(summary)))
+        assert tuple(ran[:len(order)]) == order and how[:rounds] == ["timed"] * rounds
+        assert set(ran[len(order):rounds]) <= set(tuner.names)     # the close ones' second pass
+        best = min(summary["measured"], key=summary["measured"].get)
+        assert summary["algorithm"] == best and summary["rounds"] == 1
+        assert ran[rounds:] == [best] * 2 and how[rounds:] == ["measured"] * 2
+    finally:
+        c.Free()
+
+
+def test_auto_measures_its_straggler_aware_choice_against_the_synchronous_ones(comm, setenv):
+    """The last rank late: the model's straggler-aware choice runs in a round with the
+    synchronous algorithms (as the straggler: the late rank), every rank the same, and
+    the fastest of them runs after it."""
+    n = comm.Get_size()
+    if n < 4:
+        pytest.skip("StragglAR cannot beat a synchronous AllReduce below 4 ranks")
+    if os.environ.get("STRAGGLAR_TRANSPORT") == "python":
+        pytest.skip("the decision does not depend on the transport: once is enough")
+    setenv(STRAGGLAR_MODEL="1e-5,1e9,1.05,3e-5,2.7e8")
+    c = comm.Dup()
+    try:
+        count = 1 << 20
+        send = fill(c.Get_rank(), 2, count)
+        recv = np.zeros_like(send)
+        ran = []
+
+        def call():
+            c.Barrier()
+            if c.Get_rank() == n - 1:
+                time.sleep(0.05)
+            Allreduce(c, send, recv)
+            np.testing.assert_array_equal(recv, want(n, 2, count))
+            last = stats(c)["last"]
+            ran.append((last["algorithm"], last["straggler"], last["auto"]))
+
+        tuner = None
+        for _ in range(40):
+            call()
+            tuner = state_of(c).tuning
+            aware = [k for k in tuner.classes if k[1] != SYNCHRONOUS]
+            if aware and tuner.classes[aware[0]].rounds:
+                break
+        assert aware and tuner.classes[aware[0]].rounds == 1, ran
+        call()
+        choice = tuner.classes[aware[0]].choice
+        assert same_everywhere(c, (tuple(ran), repr(tuner.summary())))
+        timed = [r for r in ran if r[2] == "timed"]
+        assert {a for a, _, _ in timed} == set(tuner.classes[aware[0]].names)
+        stragglers = [s for a, s, _ in timed if a == aware[0][1]]
+        assert stragglers.count(n - 1) >= len(stragglers) - 1   # a rank descheduled longer, once
+        assert ran[-1][:1] == (choice,) and ran[-1][2] == "measured"
     finally:
         c.Free()
 
