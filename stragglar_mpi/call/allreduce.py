@@ -127,6 +127,11 @@ def steps(comm, seq, args, settings, t_call, deadline, turn):
         timed, how = _tuning.picked(seq)   # a run of auto's measurements (decide/tuning.py)
         transport = None if name == "native" else _transport.name(settings)
         t_p1, first = yield from execute(comm, seq, name, straggler, args, transport, deadline, turn)
+    except (Pending, Mismatch):
+        raise
+    except BaseException as exc:
+        seq.abandon(f"an error in a call: {exc!r}")
+        raise
     finally:
         turn.release()
     sent = (yield from _roles.settle(seq, deadline)) if tracked else 0   # the record: every rank's time

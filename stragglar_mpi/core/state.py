@@ -84,6 +84,12 @@ class Sequence:
     def broken(self, why):
         self.owner._broken = why
 
+    def abandon(self, why):
+        """A call of this sequence died mid-way: the communicator is unusable and its
+        library communicators are never freed (State.free)."""
+        self.owner._broken = self.owner._broken or why
+        self.owner._abandoned = True
+
     def tiers(self):
         """(topology, links) when the communicator spans nodes, else None (one tier)."""
         return None if self.links is None else (self.topology, self.links)
@@ -192,6 +198,7 @@ class State(Sequence):
         self.calls = Counter()
         self.last = None                  # the last call: a call.record.CallRecord
         self._broken = None
+        self._abandoned = False           # a call died mid-way: keep the MPI objects (free)
         self.bindings = bindings
         self._arrivals = None             # what the arrival tables share (decide/roles.setup)
         self._topology, self._links = None, None
@@ -296,6 +303,12 @@ class State(Sequence):
     def free(self):
         if MPI.Is_finalized():
             return
+        if self._abandoned:
+            # A call died in the middle (an error that is not a timeout): ranks may have
+            # posted different things on these communicators, so they are kept, not freed
+            # (freeing them so left a later MPI_Comm_split_type hanging on Open MPI).
+            PROCESS.keep(self._private, self._arrivals)
+            return
         self.free_arrivals()
         if self._private is not None:
             self._private.Free()
@@ -304,7 +317,8 @@ class State(Sequence):
 def _free_arrival_tables():
     # Before MPI_Finalize (core/lifetime.py says when): in key order on every rank.
     for state in sorted(PROCESS.live("arrivals"), key=lambda st: st.key):
-        state.free_arrivals()
+        if not state._abandoned:          # see State.free
+            state.free_arrivals()
 
 
 PROCESS.on_exit(ARRIVALS, _free_arrival_tables)
