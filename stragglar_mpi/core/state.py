@@ -295,7 +295,10 @@ class State(Sequence):
 
     def free_arrivals(self):
         if self._arrivals is not None and not MPI.Is_finalized():
-            self._arrivals.free()
+            if self._abandoned:           # see free
+                PROCESS.keep(self._arrivals)
+            else:
+                self._arrivals.free()
         self._arrivals = None
         for seq in self.sequences():
             seq._table = None
@@ -303,22 +306,22 @@ class State(Sequence):
     def free(self):
         if MPI.Is_finalized():
             return
+        self.free_arrivals()
+        if self._private is None:
+            return
         if self._abandoned:
             # A call died in the middle (an error that is not a timeout): ranks may have
-            # posted different things on these communicators, so they are kept, not freed
-            # (freeing them so left a later MPI_Comm_split_type hanging on Open MPI).
-            PROCESS.keep(self._private, self._arrivals)
-            return
-        self.free_arrivals()
-        if self._private is not None:
+            # posted different things on the library's communicators, so they are kept,
+            # not freed (freeing them so left a later MPI_Comm_split_type hanging on Open MPI).
+            PROCESS.keep(self._private)
+        else:
             self._private.Free()
 
 
 def _free_arrival_tables():
     # Before MPI_Finalize (core/lifetime.py says when): in key order on every rank.
     for state in sorted(PROCESS.live("arrivals"), key=lambda st: st.key):
-        if not state._abandoned:          # see State.free
-            state.free_arrivals()
+        state.free_arrivals()
 
 
 PROCESS.on_exit(ARRIVALS, _free_arrival_tables)
