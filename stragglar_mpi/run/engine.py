@@ -76,6 +76,10 @@ class Engine:
         self._active = []        # operations the thread polls
         self._thread = None
         self._closing = False
+        #: A test hook: ``delay(point, op)`` is called on the progress thread before it
+        #: runs an operation's Python (``point``: "start" or "resume"); a fuzzer sleeps
+        #: in it to force interleavings (tests/mpi/test_fuzz.py).  None in production.
+        self.delay = None
 
     def submit(self, op):
         """Queue ``op`` behind the operations of its lane."""
@@ -122,6 +126,8 @@ class Engine:
                 return None
             starting, self._new = self._new, []
         for op in starting:
+            if self.delay is not None:
+                self.delay("start", op)
             if op.advance():
                 self._active.append(op)
         return list(self._active)
@@ -130,6 +136,8 @@ class Engine:
         """Advance each operation whose step is over to its next step."""
         for op in done:
             value, error = op.outcome()
+            if self.delay is not None:
+                self.delay("resume", op)
             if not op.advance(value, error):
                 self._active.remove(op)
 
