@@ -17,6 +17,7 @@ import numpy as np
 from ..core import tags
 from ..core.errors import Pending
 from ..core.exchange import Exchange
+from ..core.collective import issue
 from ..core.steps import complete
 
 _SLOT = 256   # bytes per rank in the first exchange: an 8-byte length, then the text if it fits
@@ -70,9 +71,9 @@ def _allgather(seq, mine, sizes, deadline, turn):
     comm = seq.private
     n, rank = comm.Get_size(), comm.Get_rank()
     if not deadline and turn.blocking:
-        yield from turn.wait()
         whole = np.empty(sum(sizes), np.uint8)
-        yield from complete([comm.Iallgatherv(mine, [whole, sizes])])
+        request = yield from issue(turn, lambda: comm.Iallgatherv(mine, [whole, sizes]))
+        yield from complete([request])
         return np.split(whole, np.cumsum(sizes)[:-1])
     got = [np.empty(k, np.uint8) for k in sizes]
     got[rank][:] = mine

@@ -131,12 +131,14 @@ def steps(comm, seq, args, settings, t_call, deadline, turn):
         raise
     except BaseException as exc:
         seq.abandon(f"an error in a call: {exc!r}")
+        if seq.owner.bindings is not None:
+            seq.owner.bindings.clear()   # no later call is served from the compiled entry
         raise
     finally:
         turn.release()
     sent = (yield from _roles.settle(seq, deadline)) if tracked else 0   # the record: every rank's time
     if timed:
-        yield from _tuning.timed(seq, t_call, deadline)
+        yield from _tuning.timed(seq, t_call, deadline, turn)
     t_end = MPI.Wtime()
     how = (how or "model") if args.name == "auto" else None
     record(seq.owner, CallRecord(name, straggler, args.policy, t_call, t_p1 or t_call, first, t_end,

@@ -24,7 +24,9 @@
 from __future__ import annotations
 
 import os
+import sys
 import threading
+import weakref
 
 from mpi4py import MPI
 
@@ -38,7 +40,7 @@ from ..core.state import Turn
 from ..core.steps import pause
 from ..memory import cuda as _cuda
 from ..memory.device import is_device_call
-from ..run.engine import CANCELLED, ENGINE, Operation
+from ..run.engine import ENGINE, Operation
 from . import allreduce as _allreduce
 from . import record as _record
 
@@ -87,6 +89,11 @@ class _Spec:
 
     def __init__(self, comm, given):
         _require_threads()
+        sendbuf, recvbuf, *rest = given
+        self.types = []          # our duplicates of the caller's derived datatypes
+        given = (self._own_types(sendbuf), self._own_types(recvbuf), *rest)
+        if self.types:
+            weakref.finalize(self, _free_types, self.types)
         self.comm, self.given = comm, given
         self.settings = _config.current()
         sendbuf, recvbuf, op, straggler, algorithm = given
@@ -103,16 +110,41 @@ class _Spec:
         self.state = _allreduce.begin_state(comm, MPI.Wtime() + timeout if timeout else 0.0,
                                             blocking=_IDUP_INTERFERES)
 
+    def _own_types(self, spec):
+        """``spec`` with each derived datatype replaced by a duplicate of ours, freed with
+        this object: the caller may free theirs once the call returns (MPI allows it)."""
+        if not isinstance(spec, (list, tuple)):
+            return spec
+        out = list(spec)
+        for i, item in enumerate(out):
+            if isinstance(item, MPI.Datatype) and item != MPI.DATATYPE_NULL and not item.is_predefined:
+                mine = next((d for h, d in self.types if h == item.handle), None)
+                if mine is None:            # one duplicate a datatype: send and receive alike
+                    mine = item.Dup()
+                    self.types.append((item.handle, mine))
+                out[i] = mine
+        return type(spec)(out)
+
     def start(self, lane):
-        """A new operation of these arguments in ``lane``: its generalized request."""
-        call = _Call(self, lane, Turn(self.state.turns, self.state.turns.take()))
-        call.grequest = MPI.Grequest.Start(call.query, call.free, call.cancel_callback)
-        ENGINE.submit(call.operation)
+        """A new operation of these arguments in ``lane``: its generalized request.
+        What it means (settings, deadline, tracking) is fixed here, at the call, on every
+        rank alike; the progress thread only runs it."""
+        ENGINE.check_open()
+        when = _allreduce.clock()
+        turn = Turn(self.state.turns, self.state.turns.take())
+        try:
+            call = _Call(self, lane, turn, when)
+            call.grequest = MPI.Grequest.Start(call.query, call.free, call.cancel_callback)
+            ENGINE.submit(call.operation)
+        except BaseException:
+            turn.release()       # the ticket is given back: later operations are not held up
+            raise
         return call
 
-    def steps(self, lane, turn):
-        """Generator: the operation, on the progress thread."""
-        settings, t_call, deadline = _allreduce.clock()
+    def steps(self, lane, turn, when):
+        """Generator: the operation, on the progress thread; ``when``: (settings, the
+        call's time, its deadline), taken at the call."""
+        settings, t_call, deadline = when
         try:
             yield from _ready(self.state)
             if self.device is not None:    # kernels and copies on the caller's GPU
@@ -127,6 +159,12 @@ class _Spec:
             raise (yield from _allreduce.failed(lane, exc, settings.timeout)) from None
         finally:
             turn.release()
+
+
+def _free_types(types):
+    if not MPI.Is_finalized():
+        for _, datatype in types:
+            datatype.Free()
 
 
 def _ready(state):
@@ -152,10 +190,11 @@ def _require_threads():
 class _Call:
     """One operation: the generalized request that stands for it, and its fate."""
 
-    def __init__(self, spec, lane, turn):
+    def __init__(self, spec, lane, turn, when):
         self.turn = turn
-        self.operation = Operation(spec.steps(lane, turn), lane, self._ended)
-        self.error, self.reported, self.quiet, self.cancelled = None, False, False, False
+        self.operation = Operation(spec.steps(lane, turn, when), lane, self._ended,
+                                   f"a nonblocking Allreduce (ticket {turn.ticket})", when[0])
+        self.error, self.reported, self.quiet = None, False, False
         self.finished = threading.Event()
         self.grequest = None
 
@@ -163,17 +202,6 @@ class _Call:
         self.error = operation.error
         self.grequest.Complete()         # before the event: Wait then frees it at once
         self.finished.set()
-
-    def cancel(self):
-        """Cancel the operation if it has not started; False once it has."""
-        if not ENGINE.cancel(self.operation):
-            return False
-        if not self.finished.is_set():
-            self.cancelled = True
-            self.turn.release()          # its collective's turn passes to the next
-            self.grequest.Complete()
-            self.finished.set()
-        return True
 
     def raise_error(self):
         """The operation's error, once (by Wait or Test, or by the next one after a Waitall)."""
@@ -186,7 +214,7 @@ class _Call:
         status.Set_source(MPI.ANY_SOURCE)
         status.Set_tag(MPI.ANY_TAG)
         status.Set_elements(MPI.BYTE, 0)
-        status.Set_cancelled(self.cancelled)
+        status.Set_cancelled(False)
         if self.error is not None and not self.quiet:
             raise self.error     # mpi4py prints it and its Waitall raises MPI.Exception
 
@@ -202,7 +230,7 @@ class _Ops:
 
     def Wait(self, status=None):
         call = self._call
-        if self and call is not None:
+        if _live(self) and call is not None:
             call.finished.wait()         # blocked, GIL released: the progress thread runs
             call.quiet = True            # the error comes from here, not as an MPI error
             MPI.Request.Wait(self, status)
@@ -212,19 +240,21 @@ class _Ops:
 
     def Test(self, status=None):
         call = self._call
-        if self and call is not None and not call.finished.is_set():
+        if _live(self) and call is not None and not call.finished.is_set():
             os.sched_yield()             # a Test loop gives the core to the progress thread
             return False
         return self.Wait(status)
 
     def Cancel(self):
-        """A queued operation is cancelled (Wait then returns, ``Is_cancelled()`` is True);
-        cancel it on every rank, as it is a collective.  A started one cannot be (MPI
-        cannot cancel a started collective either): that raises, and it completes."""
-        call = self._call
-        if self and call is not None and not call.cancel():
-            raise RuntimeError("stragglar_mpi: this Allreduce has started and cannot be cancelled "
-                               "(MPI cannot cancel a started collective); Wait for it")
+        """Does nothing: the operation completes normally, and ``Is_cancelled()`` of its
+        status is False.  MPI makes cancelling a started collective erroneous, and whether
+        an operation has started differs from rank to rank; an outcome that depended on
+        it could differ too (one rank's operation removed, another's running)."""
+
+
+def _live(request):
+    """Whether the MPI handle is a request (not MPI_REQUEST_NULL)."""
+    return MPI.Request.__bool__(request)
 
 
 class Request(_Ops, MPI.Request):
@@ -250,10 +280,14 @@ class Prequest(_Ops, MPI.Prequest):
         super().__init__()
         self._spec, self._lane, self._call = spec, lane, None
 
+    def __bool__(self):
+        """True until Free, as mpi4py's persistent requests (active or not)."""
+        return self._spec is not None
+
     def Start(self):
         if self._spec is None:
             raise RuntimeError("stragglar_mpi: Start of a persistent request that was freed")
-        if self:
+        if _live(self):
             raise RuntimeError("stragglar_mpi: Start of a persistent request that is still "
                                "active (Wait for it first)")
         call = self._spec.start(self._lane)
@@ -269,7 +303,7 @@ class Prequest(_Ops, MPI.Prequest):
         if self._spec is None:
             raise RuntimeError("stragglar_mpi: Free of a persistent request that was freed")
         self._spec = None
-        if self:                          # started and not completed by a Wait: MPI frees
+        if _live(self):                   # started and not completed by a Wait: MPI frees
             MPI.Request.Free(self)        # its generalized request once the thread completes it
 
 
@@ -283,8 +317,22 @@ _IDUP_INTERFERES = MPI.get_vendor()[0] == "Open MPI"
 
 def _close():
     # At exit (core/lifetime.py): the progress thread runs what is queued, so nothing of
-    # ours runs inside MPI_Finalize.
-    ENGINE.close()
+    # ours runs inside MPI_Finalize; past STRAGGLAR_EXIT_TIMEOUT the process fails (its
+    # MPI_Finalize would wait for the stuck operations, and the job with it).
+    try:
+        bound = _config.current().exit_timeout
+    except ValueError:
+        bound = 60.0
+    if ENGINE.close(bound):
+        return
+    lines = "\n".join(f"  {line}" for line in ENGINE.pending())
+    sys.stderr.write(f"stragglar_mpi: rank {MPI.COMM_WORLD.Get_rank()} exits with nonblocking "
+                     f"operations still pending after {bound:g} s (STRAGGLAR_EXIT_TIMEOUT):\n"
+                     f"{lines}\nthey never completed (a rank that did not make the call?); "
+                     "exiting with status 1\n")
+    sys.stderr.flush()
+    sys.stdout.flush()
+    os._exit(1)
 
 
 PROCESS.on_exit(lifetime.ENGINE, _close)

@@ -152,6 +152,9 @@ KNOBS = (
     Knob("STRAGGLAR_ARRIVAL_GROUPS", "arrival_groups", "16", _whole(2, "ranks"),
          "communicators of at least this many ranks track arrivals through groups and "
          "aggregators (O(log n) messages a rank and call); smaller ones send a notice to every rank"),
+    Knob("STRAGGLAR_EXIT_TIMEOUT", "exit_timeout", "60", _timeout,
+         "seconds the exit waits for nonblocking operations still pending; past it they are "
+         "printed and the process exits with status 1 instead of hanging the job (`off`: no bound)"),
 )
 KNOWN = frozenset(k.name for k in KNOBS)
 
@@ -170,6 +173,7 @@ class Settings:
     cuda_aware: bool | None      # None: ask the MPI library
     cuda_piece_bytes: int
     arrival_groups: int          # ranks from which arrival uses groups (decide/arrival.py)
+    exit_timeout: float | None   # the bound on the exit's wait for pending operations
     epoch: int = field(default=0, compare=False)
 
 
@@ -220,9 +224,21 @@ def _tell(epoch):
 
 
 def current() -> Settings:
-    """The settings in force, read from the environment on first use."""
-    settings = _current
+    """The settings in force, read from the environment on first use; on the progress
+    thread, those of the operation it runs (``pin``): what a call means is fixed at the call."""
+    settings = getattr(_pinned, "settings", None) or _current
     return settings if settings is not None else configure()
+
+
+_pinned = threading.local()
+
+
+def pin(settings):
+    """Make ``settings`` (None: the ones in force) what ``current()`` returns in this
+    thread; returns what was pinned before."""
+    before = getattr(_pinned, "settings", None)
+    _pinned.settings = settings
+    return before
 
 
 def algorithm(requested, settings=None) -> str:

@@ -56,6 +56,7 @@ import numpy as np
 from mpi4py import MPI
 
 from ..core import config as _config
+from ..core.collective import issue
 from ..core.errors import Pending
 from ..core.steps import Wait
 from ..core.lifetime import PROCESS
@@ -263,7 +264,7 @@ def picked(seq):
     return tuner.timing is not None, pick
 
 
-def timed(seq, t_call: float, deadline: float = 0.0):
+def timed(seq, t_call: float, deadline: float, turn):
     """Generator: a timed run has ended on this rank (it entered the call at MPI_Wtime
     ``t_call``); a round's last run agrees on the figures with every rank, under ``deadline``."""
     tuner = getattr(seq, "tuning", None)
@@ -271,15 +272,15 @@ def timed(seq, t_call: float, deadline: float = 0.0):
     entry = end - (MPI.Wtime() - t_call)
     tuner.timed(entry, end)
     if tuner.agreeing is not None:
-        shared = yield from agree(seq.private, tuner.agreeing, deadline)
+        shared = yield from agree(seq.private, tuner.agreeing, deadline, turn)
         tuner.agreed(shared)
 
 
-def agree(comm, marks, deadline: float = 0.0):
-    """Generator: the elementwise max of ``marks`` over ``comm``'s ranks; ``Pending``
-    past ``deadline``."""
+def agree(comm, marks, deadline: float, turn):
+    """Generator: the elementwise max of ``marks`` over ``comm``'s ranks (the private
+    duplicate: in ``turn``, core/collective.py); ``Pending`` past ``deadline``."""
     shared = np.empty_like(marks)
-    request = comm.Iallreduce(marks, shared, MPI.MAX)
+    request = yield from issue(turn, lambda: comm.Iallreduce(marks, shared, MPI.MAX), deadline)
     if not (yield Wait([request], deadline)):
         PROCESS.keep(marks, shared)       # MPI may still write them: a collective cannot be cancelled
         raise Pending((), AGREEMENT)

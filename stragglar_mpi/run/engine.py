@@ -16,6 +16,7 @@ from __future__ import annotations
 import threading
 from collections import deque
 
+from ..core import config as _config
 from ..core.steps import Wait
 
 try:
@@ -23,15 +24,16 @@ try:
 except ImportError:   # a source checkout without the build: no progress thread
     _interpreter = None
 
-QUEUED, RUNNING, DONE, CANCELLED = "queued", "running", "done", "cancelled"
+QUEUED, RUNNING, DONE = "queued", "running", "done"
 
 
 class Operation:
     """A generator of steps and what became of it; ``done(op)`` is told when it ends
     (``error`` holds what it raised, ``result`` what it returned)."""
 
-    def __init__(self, steps, lane, done):
-        self.steps, self.lane, self._done = steps, lane, done
+    def __init__(self, steps, lane, done, what="", settings=None):
+        self.steps, self.lane, self._done, self.what = steps, lane, done, what
+        self.settings = settings     # the settings at the call: its Python runs under them
         self.state, self.step, self.error, self.result = QUEUED, None, None, None
         self.engine = None
         self.resumes = 0         # times the thread took the GIL to run it to its next step
@@ -39,16 +41,23 @@ class Operation:
     def advance(self, value=None, error=None):
         """Run the operation's Python until its next step (False: it has ended)."""
         self.resumes += 1
-        while True:
-            try:
-                step = self.steps.throw(error) if error is not None else self.steps.send(value)
-            except StopIteration as stop:
-                return self._end(DONE, None, stop.value)
-            except BaseException as exc:      # handed to Wait / Test on this rank
-                return self._end(DONE, exc, None)
-            self.step = _interpreter.Waiting(step.requests, step.until, step.any, step.probe) \
-                if isinstance(step, Wait) else step
-            return True
+        before = _config.pin(self.settings)
+        try:
+            step = self.steps.throw(error) if error is not None else self.steps.send(value)
+        except StopIteration as stop:
+            return self._end(DONE, None, stop.value)
+        except BaseException as exc:      # handed to Wait / Test on this rank
+            return self._end(DONE, exc, None)
+        finally:
+            _config.pin(before)
+        self.step = _interpreter.Waiting(step.requests, step.until, step.any, step.probe) \
+            if isinstance(step, Wait) else step
+        return True
+
+    def describe(self):
+        owner = getattr(self.lane, "owner", None)
+        where = f"lane {getattr(self.lane, 'index', '?')}" + (f" of communicator key {owner.key}" if owner else "")
+        return f"{self.what or 'an operation'} ({where})"
 
     def outcome(self):
         """(value, error) of the step just over."""
@@ -83,6 +92,7 @@ class Engine:
 
     def submit(self, op):
         """Queue ``op`` behind the operations of its lane."""
+        self.check_open()
         if _interpreter is None:
             raise RuntimeError("stragglar_mpi: nonblocking calls need the compiled extensions "
                                "(pip install . builds them)")
@@ -97,23 +107,34 @@ class Engine:
                                                 daemon=True, name="stragglar_mpi progress")
                 self._thread.start()
 
-    def cancel(self, op):
-        """Cancel ``op`` if it has not started (True); False once it runs."""
-        with self._cond:
-            if op.state != QUEUED:
-                return op.state == CANCELLED
-            self._queues[op.lane].remove(op)
-            op.state = CANCELLED
-            return True
+    def check_open(self):
+        """Raise at the call if the process's exit has closed the engine (an atexit
+        handler registered before ``import stragglar_mpi`` runs after the library's)."""
+        if self._closing:
+            raise RuntimeError(
+                "stragglar_mpi: a nonblocking call after the library's exit steps ran (an "
+                "atexit handler registered before `import stragglar_mpi` runs after them): "
+                "nothing would progress it; call it before exit, or call the blocking Allreduce")
 
-    def close(self):
-        """No more operations: the thread ends once those queued have ended."""
+    def close(self, bound=None):
+        """No more operations: the thread ends once those queued have ended.  ``bound``
+        (seconds; None: none): past it, the operations still pending, one line each
+        (False); True once the thread has ended."""
         with self._cond:
             self._closing = True
             self._cond.notify()
         _interpreter.wake() if _interpreter is not None else None
-        if self._thread is not None:
-            self._thread.join()
+        if self._thread is None:
+            return True
+        self._thread.join(bound)
+        return not self._thread.is_alive()
+
+    def pending(self):
+        """What each operation not yet ended waits for, one line each."""
+        with self._cond:
+            ops = [op for queue in self._queues.values() for op in queue]
+        return [f"{op.describe()}: {op.state}, waiting on {type(op.step).__name__ if op.step else 'its turn'}"
+                for op in ops]
 
     # --- on the thread ------------------------------------------------------------------
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 from mpi4py import MPI
 
 from ..core import features as _features
+from ..core.collective import issue
 from ..core.errors import Pending
 from ..core.steps import complete
 from ..memory.buffers import region
@@ -33,9 +34,8 @@ def native(comm, seq, args, memory, deadline, turn):
 
 def _issued(seq, sendbuf, recvbuf, op, deadline, turn):
     """Generator: an Iallreduce on the private duplicate in its turn, waited under ``deadline``."""
-    yield from turn.wait(deadline)
-    request = MPI.Intracomm.Iallreduce(seq.private, sendbuf, recvbuf, op)
-    turn.release()
+    request = yield from issue(turn, lambda: MPI.Intracomm.Iallreduce(seq.private, sendbuf, recvbuf, op),
+                               deadline)
     if not (yield from complete([request], deadline)):
         raise Pending((), "the native AllReduce")
 

@@ -166,24 +166,28 @@ def test_waiting_for_the_straggler_takes_no_gil(comm):
     assert resumes[1] <= max(resumes[0], resumes[2]), resumes
 
 
-def test_cancel_of_a_queued_operation(comm):
+def test_cancel_never_removes_an_operation(comm):
+    """Cancel does nothing, queued or started: the operation completes normally on every
+    rank and its status is not cancelled (an outcome that depended on whether it had
+    started could differ from rank to rank)."""
     from stragglar_mpi.core.state import LANES
     from stragglar_mpi.run.engine import ENGINE
+    n = comm.Get_size()
     buf = np.full(100, 5.0)
     with ENGINE._cond:            # the progress thread starts nothing meanwhile
         ahead = [Iallreduce(comm, MPI.IN_PLACE, np.ones(10)) for _ in range(LANES)]  # a lane each
         request = Iallreduce(comm, MPI.IN_PLACE, buf)          # queued behind the first
-        request.Cancel()          # every rank cancels it before it starts
+        request.Cancel()
     MPI.Request.Waitall(ahead)
     status = MPI.Status()
     request.Wait(status)
-    assert status.Is_cancelled() and np.all(buf == 5.0)
+    assert not status.Is_cancelled() and np.all(buf == 5.0 * n)
     after = Iallreduce(comm, MPI.IN_PLACE, buf)                # the next one matches on all ranks
     after.Wait()
-    assert np.all(buf == 5.0 * comm.Get_size())
+    assert np.all(buf == 5.0 * n * n)
 
 
-def test_cancel_of_a_started_operation_raises_and_it_completes(comm):
+def test_cancel_of_a_started_operation_does_nothing(comm):
     n, rank = comm.Get_size(), comm.Get_rank()
     if n == 1:
         pytest.skip("needs a rank to be late")
@@ -192,12 +196,7 @@ def test_cancel_of_a_started_operation_raises_and_it_completes(comm):
     if rank == n - 1:
         time.sleep(0.2)
     request = Iallreduce(comm, MPI.IN_PLACE, buf, algorithm="stragglar", straggler=n - 1)
-    if rank != n - 1:
-        while request._call.operation.state == "queued":
-            time.sleep(0.001)
-        if request._call.operation.state == "running":       # waiting for the late rank
-            with pytest.raises(RuntimeError, match="cannot be cancelled"):
-                request.Cancel()
+    request.Cancel()
     status = MPI.Status()
     request.Wait(status)
     assert not status.Is_cancelled() and np.all(buf == n)
