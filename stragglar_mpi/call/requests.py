@@ -132,12 +132,14 @@ class _Spec:
         ENGINE.check_open()
         when = _allreduce.clock()
         turn = Turn(self.state.turns, self.state.turns.take())
+        self.state.hold()        # the state outlives a Free of the communicator until it ends
         try:
             call = _Call(self, lane, turn, when)
             call.grequest = MPI.Grequest.Start(call.query, call.free, call.cancel_callback)
             ENGINE.submit(call.operation)
         except BaseException:
             turn.release()       # the ticket is given back: later operations are not held up
+            self.state.unhold()
             raise
         return call
 
@@ -191,7 +193,7 @@ class _Call:
     """One operation: the generalized request that stands for it, and its fate."""
 
     def __init__(self, spec, lane, turn, when):
-        self.turn = turn
+        self.turn, self.state = turn, spec.state
         self.operation = Operation(spec.steps(lane, turn, when), lane, self._ended,
                                    f"a nonblocking Allreduce (ticket {turn.ticket})", when[0])
         self.error, self.reported, self.quiet = None, False, False
@@ -202,6 +204,7 @@ class _Call:
         self.error = operation.error
         self.grequest.Complete()         # before the event: Wait then frees it at once
         self.finished.set()
+        self.state.unhold()
 
     def raise_error(self):
         """The operation's error, once (by Wait or Test, or by the next one after a Waitall)."""

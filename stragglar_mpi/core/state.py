@@ -23,6 +23,15 @@ every member is in the setup, so the key broadcast and what the higher rooms mak
 (``collective``: the arrival tables, the topology) follow at once.  A nonblocking
 first call posts the presence messages and the ``Idup`` at the call (in call order),
 and a thread of its own finishes the setup (``begin_setup``).
+
+Freeing a communicator with operations pending (MPI: they complete normally): each
+nonblocking operation holds its state from its call (``hold``, the caller's thread) to
+its end (``unhold``, the progress thread), and so does a setup's thread.  The user's
+``Free`` (the attribute's delete callback, ``free``) with holds outstanding only marks
+the state; the last ``unhold`` frees the library's communicators and arrival tables
+then.  States are freed in the order the user freed them (the same on every rank), never
+by a thread other than the one whose operation ended, never after the exit has freed
+the arrival tables (MPI_Finalize follows): see ``_Freeing``.
 """
 from __future__ import annotations
 
@@ -89,6 +98,8 @@ class Sequence:
         library communicators are never freed (State.free)."""
         self.owner._broken = self.owner._broken or why
         self.owner._abandoned = True
+        if self.owner.bindings is not None:
+            self.owner.bindings.clear()   # a broken state is never reached from the compiled entry
 
     def tiers(self):
         """(topology, links) when the communicator spans nodes, else None (one tier)."""
@@ -209,7 +220,11 @@ class State(Sequence):
         self.lock = threading.Lock()      # the counters: blocking calls and the progress thread
         self.ready = threading.Event()    # set once the setup is over (well or not)
         self._joining = None              # the setup's (presence exchange, duplicate, Idup request)
+        self._members = None              # (rank, size) in the caller's communicator, from join
         self.setup_error = None           # what a setup in a thread of its own raised
+        self._holds = 0                   # operations (and a setup thread) not yet ended: hold()
+        self.to_free = False              # the user freed the communicator (free)
+        self.freed = False                # the library's communicators are freed (or kept for good)
 
     # --- setup ------------------------------------------------------------------------
 
@@ -224,6 +239,9 @@ class State(Sequence):
         """Post what the setup needs every member for (the presence messages under a
         deadline, the Idup): in call order, at the call; ``finish`` waits for it."""
         presence = None
+        # The caller's communicator may be freed while the setup's thread runs (its
+        # handle then reads MPI_COMM_NULL): only what is posted here uses it.
+        self._members = (comm.Get_rank(), comm.Get_size())
         if deadline and comm.Get_size() > 1:
             others = [r for r in range(comm.Get_size()) if r != comm.Get_rank()]
             presence = Exchange(comm, others, tags.setup(), [bytearray(0), MPI.BYTE],
@@ -234,9 +252,9 @@ class State(Sequence):
     def finish(self, comm, deadline, collective):
         """Wait for every member (``join``), then the key and ``collective``."""
         if self._joining is not None:
-            self._private = self._joined(comm, deadline, *self._joining)
+            self._private = self._joined(self._members, deadline, *self._joining)
             self._joining = None
-            if deadline and comm.Get_size() > 1:
+            if deadline and self._members[1] > 1:
                 # A rank that comes after the others gave up completes their Idup (it was
                 # posted with the presence messages): it must not block in what follows.
                 missing = absent(self._private, deadline, tags.setup())
@@ -251,7 +269,7 @@ class State(Sequence):
             collective(self)
 
     @staticmethod
-    def _joined(comm, deadline, presence, private, request):
+    def _joined(members, deadline, presence, private, request):
         missing = presence.silent(deadline) if presence is not None else []
         if missing:
             presence.cancel()
@@ -259,7 +277,8 @@ class State(Sequence):
             raise Pending(missing, _SETUP, missing=missing)
         if not wait([request], deadline):
             cancel([], private, request)
-            others = [r for r in range(comm.Get_size()) if r != comm.Get_rank()]
+            rank, size = members
+            others = [r for r in range(size) if r != rank]
             raise Pending(others, _SETUP + ": the other ranks did not join its duplicate "
                           "(they may have given up waiting for this rank)")
         return MPI.Intracomm(private)
@@ -293,9 +312,43 @@ class State(Sequence):
     def sequences(self):
         return [self] + self.lanes
 
+    # --- freeing -----------------------------------------------------------------------
+
+    def hold(self):
+        """A nonblocking operation of this state has been called (the caller's thread, at
+        the call): what it needs stays until its ``unhold``."""
+        with _FREEING.lock:
+            if self.freed:
+                raise RuntimeError("stragglar_mpi: an operation on a communicator that was freed "
+                                   "(its library state is gone)")
+            self._holds += 1
+
+    def unhold(self):
+        """An operation that ``hold`` counted has ended (the progress thread); the last one
+        of a communicator the user freed frees the library's communicators now."""
+        with _FREEING.lock:
+            self._holds -= 1
+            if self._holds == 0 and self.to_free:
+                _FREEING.release()
+
+    @property
+    def holds(self):
+        return self._holds
+
+    def free(self):
+        """The user freed the communicator (the attribute's delete callback): free the
+        library's communicators and arrival tables once no operation holds them."""
+        if MPI.Is_finalized():
+            return
+        with _FREEING.lock:
+            if not self.to_free:
+                self.to_free = True
+                _FREEING.queue.append(self)
+            _FREEING.release()
+
     def free_arrivals(self):
         if self._arrivals is not None and not MPI.Is_finalized():
-            if self._abandoned:           # see free
+            if self._abandoned:           # see _release
                 PROCESS.keep(self._arrivals)
             else:
                 self._arrivals.free()
@@ -303,7 +356,9 @@ class State(Sequence):
         for seq in self.sequences():
             seq._table = None
 
-    def free(self):
+    def _release(self):
+        # Under _FREEING.lock, no operation holding the state (free, unhold).
+        self.freed = True
         if MPI.Is_finalized():
             return
         self.free_arrivals()
@@ -318,10 +373,42 @@ class State(Sequence):
             self._private.Free()
 
 
+class _Freeing:
+    """The states the user freed, in the order freed (the same on every rank: Free is a
+    collective), each released once no operation holds it, and none before an earlier
+    one: every rank frees the library's communicators in one order.  ``closed`` at exit,
+    when the arrival tables are freed (MPI_Finalize follows): nothing is freed after."""
+
+    def __init__(self):
+        self.lock = threading.RLock()
+        self.queue = deque()
+        self.closed = False
+
+    def release(self):
+        """Release the states at the front that nothing holds (under ``lock``)."""
+        with self.lock:
+            while self.queue and not self.closed and self.queue[0].holds == 0:
+                self.queue.popleft()._release()
+
+    def close(self):
+        with self.lock:
+            self.closed = True
+
+
+_FREEING = _Freeing()
+
+
 def _free_arrival_tables():
-    # Before MPI_Finalize (core/lifetime.py says when): in key order on every rank.
-    for state in sorted(PROCESS.live("arrivals"), key=lambda st: st.key):
-        state.free_arrivals()
+    # Before MPI_Finalize (core/lifetime.py says when, after the progress thread ended):
+    # in key order on every rank.  From here on nothing is freed (_Freeing.closed); a
+    # state an operation still holds (a join that gave up on it) keeps its tables.
+    _FREEING.close()
+    with _FREEING.lock:
+        for state in sorted(PROCESS.live("arrivals"), key=lambda st: st.key):
+            if state.holds:
+                PROCESS.keep(state.arrival_tables())
+            else:
+                state.free_arrivals()
 
 
 PROCESS.on_exit(ARRIVALS, _free_arrival_tables)
@@ -367,7 +454,13 @@ def begin_setup(comm, deadline=0.0, bindings=None, collective=None, blocking=Fal
     comm.Set_attr(KEYVAL, state)
     if _set_up(state, lambda: state.join(comm, deadline), done=False):
         return state                 # the operation raises the error from Wait
-    rest = lambda: _set_up(state, lambda: state.finish(comm, deadline, collective))  # noqa: E731
+    state.hold()                     # the setup's thread holds it too (a Free meanwhile waits)
+
+    def rest():
+        try:
+            _set_up(state, lambda: state.finish(comm, deadline, collective))
+        finally:
+            state.unhold()
     if blocking:
         rest()
     else:

@@ -1,0 +1,105 @@
+"""Freeing a communicator with operations pending (MPI: they complete normally).
+
+``Iallreduce`` (or a started persistent request), then ``Free`` of its communicator,
+then ``Wait``: the result is exactly mpi4py's, on every rank, 20 times in a row; the
+library's communicators and arrival tables are freed once the last operation has ended
+(core/state.py ``hold``/``unhold``).  Runs at any world size, 1 included."""
+import time
+
+import numpy as np
+import pytest
+from mpi4py import MPI
+
+from stragglar_mpi import Allreduce, Allreduce_init, Comm, Iallreduce
+from stragglar_mpi.core.state import peek
+
+REPEATS = 20
+SIZES = (100, 20000)     # both sides of auto's small-size cut
+
+
+def values(comm, count, k):
+    """Integer-valued doubles: every summation order gives the same bits."""
+    return (np.arange(count, dtype=np.float64) % 97) * (comm.Get_rank() + 1) + k
+
+
+def expected(comm, send):
+    want = np.empty_like(send)
+    MPI.Comm.Allreduce(comm, send, want, MPI.SUM)       # mpi4py's own
+    return want
+
+
+def released(state, within=10.0):
+    """Whether the library freed ``state``'s communicators (on the progress thread,
+    right after its last operation ended) within ``within`` seconds."""
+    until = time.monotonic() + within
+    while not state.freed and time.monotonic() < until:
+        time.sleep(0.001)
+    return state.freed
+
+
+def same_everywhere(comm, flag):
+    return comm.allreduce(bool(flag), MPI.LAND)
+
+
+@pytest.mark.parametrize("how", [{}, {"algorithm": "stragglar"},
+                                 {"algorithm": "stragglar", "straggler": "arrival"}],
+                         ids=["auto", "stragglar", "arrival"])
+def test_iallreduce_then_free_then_wait(comm, how):
+    for k in range(REPEATS):
+        count = SIZES[k % 2]
+        c = comm.Dup()
+        send = values(comm, count, k)
+        recv = np.full(count, -1.0)
+        request = Iallreduce(c, send, recv, MPI.SUM, **how)
+        state = peek(c)
+        c.Free()
+        assert c == MPI.COMM_NULL
+        request.Wait()
+        assert np.array_equal(recv, expected(comm, send)), f"repeat {k}"
+        assert same_everywhere(comm, released(state)), f"repeat {k}: the library state stayed"
+
+
+def test_comm_wrapper_free_with_several_pending_on_lanes(comm):
+    for k in range(REPEATS):
+        c = Comm(comm).Dup()
+        sends = [values(comm, SIZES[j % 2] + j, k + j) for j in range(6)]   # more than the lanes
+        recvs = [np.full_like(s, -1.0) for s in sends]
+        requests = [c.Iallreduce(s, r) for s, r in zip(sends, recvs)]
+        state = peek(c)
+        c.Free()
+        MPI.Request.Waitall(requests)
+        for j, (s, r) in enumerate(zip(sends, recvs)):
+            assert np.array_equal(r, expected(comm, s)), f"repeat {k}, operation {j}"
+        assert same_everywhere(comm, released(state)), f"repeat {k}: the library state stayed"
+
+
+def test_persistent_request_started_then_free_then_wait(comm):
+    for k in range(REPEATS):
+        c = comm.Dup()
+        send = values(comm, SIZES[k % 2], k)
+        recv = np.full_like(send, -1.0)
+        persistent = Allreduce_init(c, send, recv, MPI.SUM, algorithm="stragglar")
+        persistent.Start()
+        c.Free()
+        persistent.Wait()
+        persistent.Free()
+        assert np.array_equal(recv, expected(comm, send)), f"repeat {k}"
+
+
+def test_free_of_a_dup_that_had_blocking_calls(comm):
+    for k in range(REPEATS):
+        c = comm.Dup()
+        send = values(comm, SIZES[k % 2], k)
+        recv = np.full_like(send, -1.0)
+        Allreduce(c, send, recv, algorithm="stragglar" if k % 2 else "auto")
+        assert np.array_equal(recv, expected(comm, send)), f"repeat {k}"
+        state = peek(c)
+        if k % 2:                        # and one pending operation at the Free
+            again = np.full_like(send, -1.0)
+            request = Iallreduce(c, send, again)
+            c.Free()
+            request.Wait()
+            assert np.array_equal(again, expected(comm, send)), f"repeat {k}"
+        else:
+            c.Free()
+        assert same_everywhere(comm, released(state)), f"repeat {k}: the library state stayed"
