@@ -149,14 +149,17 @@ class _Spec:
         settings, t_call, deadline = when
         try:
             yield from _ready(self.state)
+            # The caller may Free its communicator once the call returns (MPI allows
+            # it): from here on the operation uses the private duplicate (the same group).
+            comm = self.state.private
             if self.device is not None:    # kernels and copies on the caller's GPU
                 _cuda.numba_cuda().select_device(self.device)
             args = self.args
             if args is None:
-                checked = lambda: check(self.comm, *self.given, settings)  # noqa: E731
+                checked = lambda: check(comm, *self.given, settings)  # noqa: E731
                 args = (yield from same_everywhere(lane, checked, deadline, turn)) \
                     if settings.validate else checked()
-            yield from _allreduce.steps(self.comm, lane, args, settings, t_call, deadline, turn)
+            yield from _allreduce.steps(comm, lane, args, settings, t_call, deadline, turn)
         except (Pending, Mismatch) as exc:
             raise (yield from _allreduce.failed(lane, exc, settings.timeout)) from None
         finally:

@@ -328,7 +328,7 @@ class State(Sequence):
         of a communicator the user freed frees the library's communicators now."""
         with _FREEING.lock:
             self._holds -= 1
-            if self._holds == 0 and self.to_free:
+            if self._holds == 0:
                 _FREEING.release()
 
     @property
@@ -338,13 +338,12 @@ class State(Sequence):
     def free(self):
         """The user freed the communicator (the attribute's delete callback): free the
         library's communicators and arrival tables once no operation holds them."""
-        if MPI.Is_finalized():
-            return
-        with _FREEING.lock:
-            if not self.to_free:
-                self.to_free = True
-                _FREEING.queue.append(self)
-            _FREEING.release()
+        # MPI calls this inside MPI_Comm_free, or inside its progress once the caller's
+        # own pending operations on the communicator end (on any thread, MPI's locks
+        # held): so no MPI call and no lock here, only a note that a later point of ours
+        # acts on (_Freeing.release: the next call, an operation's end, the exit).
+        if not MPI.Is_finalized():
+            _FREEING.noted.append(self)
 
     def free_arrivals(self):
         if self._arrivals is not None and not MPI.Is_finalized():
@@ -382,11 +381,17 @@ class _Freeing:
     def __init__(self):
         self.lock = threading.RLock()
         self.queue = deque()
+        self.noted = deque()       # freed by the user, not yet queued (State.free)
         self.closed = False
 
     def release(self):
         """Release the states at the front that nothing holds (under ``lock``)."""
         with self.lock:
+            while self.noted:
+                state = self.noted.popleft()
+                if not state.to_free:
+                    state.to_free = True
+                    self.queue.append(state)
             while self.queue and not self.closed and self.queue[0].holds == 0:
                 self.queue.popleft()._release()
 
@@ -402,6 +407,7 @@ def _free_arrival_tables():
     # Before MPI_Finalize (core/lifetime.py says when, after the progress thread ended):
     # in key order on every rank.  From here on nothing is freed (_Freeing.closed); a
     # state an operation still holds (a join that gave up on it) keeps its tables.
+    _FREEING.release()
     _FREEING.close()
     with _FREEING.lock:
         for state in sorted(PROCESS.live("arrivals"), key=lambda st: st.key):
@@ -428,6 +434,7 @@ def setup_state(comm, deadline=0.0, bindings=None, collective=None) -> State:
     A setup that fails leaves a state behind that says why (``broken``), so that a
     later call raises instead of starting a second, mismatched setup.  A state that a
     nonblocking call is still setting up (``begin_setup``) is waited for."""
+    _FREEING.release()          # communicators the user freed since (State.free)
     state = comm.Get_attr(KEYVAL)
     if state is None:
         state = State(bindings() if bindings else None)
@@ -447,6 +454,7 @@ def begin_setup(comm, deadline=0.0, bindings=None, collective=None, blocking=Fal
     setup the call starts (presence messages and Idup posted now, in call order) and a
     thread of its own finishes; its ``ready`` is set when it is over.  ``blocking``:
     finish it here instead (an MPI whose Idup must complete before the next collective)."""
+    _FREEING.release()
     state = comm.Get_attr(KEYVAL)
     if state is not None:
         return state
