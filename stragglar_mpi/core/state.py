@@ -36,6 +36,7 @@ the arrival tables (MPI_Finalize follows): see ``_Freeing``.
 from __future__ import annotations
 
 import os
+import queue
 import threading
 from collections import Counter, deque
 
@@ -343,7 +344,7 @@ class State(Sequence):
         # held): so no MPI call and no lock here, only a note that a later point of ours
         # acts on (_Freeing.release: the next call, an operation's end, the exit).
         if not MPI.Is_finalized():
-            _FREEING.noted.append(self)
+            _FREEING.note(self)
 
     def free_arrivals(self):
         if self._arrivals is not None and not MPI.Is_finalized():
@@ -383,6 +384,25 @@ class _Freeing:
         self.queue = deque()
         self.noted = deque()       # freed by the user, not yet queued (State.free)
         self.closed = False
+        self._wake = queue.SimpleQueue()   # safe to put to from inside MPI's callbacks
+        self._reaper = None
+
+    def note(self, state):
+        """``state``'s communicator was freed (State.free): a thread of ours frees the
+        library's part soon, outside MPI (the noting itself makes no MPI call)."""
+        self.noted.append(state)
+        if MPI.Query_thread() != MPI.THREAD_MULTIPLE:
+            self.release()           # no other thread may call MPI: here, as MPI_Comm_free's
+            return
+        if self._reaper is None:
+            self._reaper = threading.Thread(target=self._reap, daemon=True, name="stragglar_mpi free")
+            self._reaper.start()
+        self._wake.put(None)
+
+    def _reap(self):
+        while True:
+            self._wake.get()
+            self.release()
 
     def release(self):
         """Release the states at the front that nothing holds (under ``lock``)."""
