@@ -97,10 +97,10 @@ def child(args):
                          "into the program\n")
             stacks.flush()
         faulthandler.dump_traceback_later(args.program_timeout, file=stacks)
-        timer = threading.Timer(args.program_timeout + GRACE, _hang, (say, seed, rank, n, args))
+        runner = programs.Runner(program, say)
+        timer = threading.Timer(args.program_timeout + GRACE, _hang, (say, seed, rank, n, args, runner))
         timer.daemon = True
         timer.start()
-        runner = programs.Runner(program, say)
         ENGINE.delay = programs.make_delay(program, rank)
         t0 = time.monotonic()
         bad = 0
@@ -126,8 +126,10 @@ def child(args):
         say("FUZZ done")
 
 
-def _hang(say, seed, rank, n, args):
-    say(f"HANG seed={seed} n={n} rank={rank}: still running after {args.program_timeout:g} s")
+def _hang(say, seed, rank, n, args, runner):
+    index, action = runner.at
+    say(f"HANG seed={seed} n={n} rank={rank}: still running after {args.program_timeout:g} s, "
+        f"in action {index} {action}")
     sys.stderr.flush()
     os._exit(4)
 
@@ -259,6 +261,9 @@ def campaign(np, seeds, features, args, out=print):
             summary.ok += 1
         if not args.quiet or verdict != "ok":
             out(f"[{summary.programs:>5}/{total}] np {np} seed {seed} {verdict} {took:.2f} s")
+        elif summary.programs % 100 == 0:         # --quiet: a line every 100 programs
+            out(f"[{summary.programs:>5}/{total}] np {np} {summary.ok} ok, {len(summary.failures)} "
+                f"failed so far, {time.monotonic() - t0:.0f} s")
         for line in lines[:3]:
             out("    " + line)
         if len(lines) > 3:
