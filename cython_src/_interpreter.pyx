@@ -79,6 +79,7 @@ cdef enum:
     PENDING = 0
     FINISHED = 1
     FAILED = 2          # a Machine failed (result() raises); a Waiting ran out of time
+    CLEANING = 3        # a Machine failed and waits for its cancelled requests (polls PENDING)
 
 cdef enum:
     IDLE_NAP_NS = 50000      # 50 us
@@ -98,25 +99,6 @@ cdef inline int _complete(MPI_Request *reqs, int n, double deadline,
         if deadline > 0 and MPI_Wtime() > deadline:
             return TIMED_OUT
         sched_yield()
-
-
-cdef inline void _abandon(MPI_Request *reqs, int n) noexcept nogil:
-    # After an error or a timeout: cancel what is still posted, so that no receive
-    # writes into a buffer after we return; a request that will not die within
-    # half a second (a send to a rank that never came) is freed instead.
-    cdef int i, flag
-    cdef double until = MPI_Wtime() + 0.5
-    for i in range(n):
-        if reqs[i] != MPI_REQUEST_NULL:
-            MPI_Cancel(&reqs[i])
-    for i in range(n):
-        flag = 0
-        while reqs[i] != MPI_REQUEST_NULL and not flag:
-            MPI_Test(&reqs[i], &flag, MPI_STATUS_IGNORE)
-            if not flag and MPI_Wtime() > until:
-                MPI_Request_free(&reqs[i])
-                break
-            sched_yield()
 
 
 cdef void _combine(num_t *a, num_t *b, Py_ssize_t n, int op) noexcept nogil:
@@ -163,6 +145,39 @@ cdef struct Posted:
     int bad           # the request whose status is wrong (after WRONG_SIZE or an error), or -1
     int64_t got       # elements it brought (WRONG_SIZE), or -1
     int64_t round     # the round being completed
+
+
+cdef double CLEANUP_S = 0.5     # how long a failed machine waits for its cancelled requests
+
+
+cdef inline void _cancel(Posted *p) noexcept nogil:
+    # After an error or a timeout: cancel the receives still posted, so that none writes
+    # into a buffer after the machine has failed (``_reap`` waits for them).  Sends are
+    # not cancelled (MPI-4 deprecates it; MPICH's UCX device crashed in MPI_Cancel of a
+    # send to a rank that never came): ``_reap`` frees one that does not complete.
+    cdef int i
+    for i in range(p.n):
+        if p.reqs[i] != MPI_REQUEST_NULL and p.counts[i] >= 0:
+            MPI_Cancel(&p.reqs[i])
+
+
+cdef inline bint _reap(MPI_Request *reqs, int n, double until) noexcept nogil:
+    # One test of each cancelled request; True once none is left.  Past ``until`` one
+    # that will not die (a send to a rank that never came) is freed instead.  It never
+    # waits: the progress thread polls a failing machine with the others, so one
+    # operation's cleanup stalls nobody else's.
+    cdef int i, flag
+    cdef bint left = False
+    for i in range(n):
+        if reqs[i] == MPI_REQUEST_NULL:
+            continue
+        flag = 0
+        MPI_Test(&reqs[i], &flag, MPI_STATUS_IGNORE)
+        if not flag and MPI_Wtime() > until:
+            MPI_Request_free(&reqs[i])
+        elif not flag:
+            left = True
+    return not left
 
 
 cdef inline int _settle(Posted *p, MPI_Datatype dtype) noexcept nogil:
@@ -248,8 +263,9 @@ cdef struct Run:
     int64_t rnd               # the round started last (-1: none)
     bint queued               # local work of the backend not yet synchronised
     double deadline
-    int status                # PENDING, FINISHED, FAILED
+    int status                # PENDING, FINISHED, FAILED, CLEANING
     int ierr                  # why it FAILED
+    double cleanup            # MPI_Wtime until which CLEANING waits for its cancelled requests
     Posted p
 
 
@@ -277,13 +293,15 @@ cdef int _row(Run *m, Py_ssize_t i) noexcept nogil:
     if kind == RECV or kind == SEND:
         m.p.peers[m.p.n] = <int>row[2]
         m.p.counts[m.p.n] = row[5] if kind == RECV else -1
+        m.p.reqs[m.p.n] = MPI_REQUEST_NULL
         if kind == RECV:
             ierr = smpi_irecv(a, <MPI_Count>row[5], m.dtype, <int>row[2],
                               m.tag0 + <int>(rnd % m.tags), m.comm, &m.p.reqs[m.p.n])
         else:
             ierr = smpi_isend(a, <MPI_Count>row[5], m.dtype, <int>row[2],
                               m.tag0 + <int>(rnd % m.tags), m.comm, &m.p.reqs[m.p.n])
-        m.p.n += 1
+        if ierr == MPI_SUCCESS:
+            m.p.n += 1            # a slot only for a request that was made
     elif m.local != NULL:
         ierr = _local(m.local, kind, a, m.bufs[row[6]] + row[7], row[5], m.extent)
         m.queued = True
@@ -313,6 +331,10 @@ cdef int _advance(Run *m) noexcept nogil:
 cdef int _poll_run(Run *m) noexcept nogil:
     """One step of the machine (see Machine.poll)."""
     cdef int ierr
+    if m.status == CLEANING:
+        if not _reap(m.p.reqs, m.p.n, m.cleanup):
+            return PENDING
+        m.status = FAILED
     if m.status != PENDING:
         return m.status
     ierr = _advance(m)
@@ -324,8 +346,12 @@ cdef int _poll_run(Run *m) noexcept nogil:
     if ierr == MPI_SUCCESS:
         m.status = FINISHED
     else:
-        _abandon(m.p.reqs, m.p.n)
-        m.ierr, m.status = ierr, FAILED
+        _cancel(&m.p)
+        m.ierr, m.cleanup = ierr, MPI_Wtime() + CLEANUP_S
+        if not _reap(m.p.reqs, m.p.n, m.cleanup):
+            m.status = CLEANING
+            return PENDING
+        m.status = FAILED
     return m.status
 
 
@@ -361,7 +387,7 @@ cdef class Machine:
         self.m.rounds = NULL if rounds is None else <PyObject *>rounds
         self.m.tag0, self.m.tags = tag0, tags
         self.m.rnd, self.m.queued = -1, False
-        self.m.status, self.m.ierr = PENDING, MPI_SUCCESS
+        self.m.status, self.m.ierr, self.m.cleanup = PENDING, MPI_SUCCESS, 0.0
         self.m.p.reqs = <MPI_Request *>malloc(cap * sizeof(MPI_Request))
         self.m.p.statuses = <MPI_Status *>malloc(cap * sizeof(MPI_Status))
         self.m.p.peers = <int *>malloc(cap * sizeof(int))
@@ -398,7 +424,7 @@ cdef class Machine:
         """The MPI_Wtime at which the first messages completed (or None) once FINISHED;
         raises the failure once FAILED: ``Pending(peers)`` past the deadline, ``Mismatch``
         for a message of the wrong size, the backend's error, else ``MPI.Exception``."""
-        if self.m.status == PENDING:
+        if self.m.status == PENDING or self.m.status == CLEANING:
             raise RuntimeError("stragglar_mpi: the plan has not finished")
         if self.m.status == FAILED:
             self._raise()

@@ -12,6 +12,9 @@ import os
 from mpi4py import MPI
 
 from .lifetime import PROCESS
+from .steps import Wait
+
+CLEANUP = 0.5     # seconds a cancelled request is given to die before it is freed
 
 
 def wait(reqs, deadline=0.0, statuses=None) -> bool:
@@ -29,20 +32,52 @@ def unanswered(reqs):
     return [bool(r) and not r.Test() for r in reqs]
 
 
-def cancel(reqs, *buffers):
-    """Cancel what is still posted; free what will not die within half a second.
-    ``buffers`` (the library's own, behind ``reqs``) are kept alive for good."""
+def _cancel(recvs, sends, buffers):
+    # Receives are cancelled; sends are not (MPI-4 deprecates it; MPICH's UCX device
+    # crashed in MPI_Cancel of a send to a rank that never came): they complete, or are
+    # freed, as a cancelled receive that will not die is.
     PROCESS.keep(*buffers)
-    live = [r for r in reqs if r]
+    for r in recvs:
+        if r:
+            r.Cancel()
+    return [r for r in list(recvs) + list(sends) if r]
+
+
+def _free_left(live):
     for r in live:
-        r.Cancel()
-    until = MPI.Wtime() + 0.5
-    for r in live:
-        while r and not r.Test():
-            if MPI.Wtime() > until:
-                r.Free()
-                break
-            os.sched_yield()
+        try:
+            if r and not r.Test():
+                r.Free()      # will not die (a send to a rank that never came): MPI ends it
+        except MPI.Exception:
+            pass              # it completed with an error: it is gone
+
+
+def cancelled(recvs, *buffers, sends=()):
+    """Generator: ``cancel`` as a step (a ``Wait`` of up to CLEANUP seconds), so that on
+    the progress thread one operation's cleanup stalls no other operation."""
+    live = _cancel(recvs, sends, buffers)
+    if live:
+        yield Wait(live, MPI.Wtime() + CLEANUP)
+    _free_left(live)
+
+
+def cancel(recvs, *buffers, sends=()):
+    """Cancel the receives still posted; free what (sends included) has not completed
+    within CLEANUP seconds.  ``buffers`` (the library's own, behind the requests) are
+    kept alive for good.  It waits here: for threads of their own (a setup's); the
+    progress thread uses ``cancelled``."""
+    live = _cancel(recvs, sends, buffers)
+    until = MPI.Wtime() + CLEANUP
+    while live and not all(_complete(r) for r in live) and MPI.Wtime() < until:
+        os.sched_yield()
+    _free_left(live)
+
+
+def _complete(request):
+    try:
+        return request.Get_status()
+    except MPI.Exception:
+        return True
 
 
 class Exchange:
@@ -66,7 +101,11 @@ class Exchange:
         return unanswered(self.recvs)
 
     def cancel(self):
-        cancel(self.recvs + self.sends, self.send, *self.recv_buffers)
+        cancel(self.recvs, self.send, *self.recv_buffers, sends=self.sends)
+
+    def cancelled(self):
+        """Generator: ``cancel`` as a step (on the progress thread; see ``cancelled``)."""
+        return cancelled(self.recvs, self.send, *self.recv_buffers, sends=self.sends)
 
 
 def absent(comm, deadline, tag):

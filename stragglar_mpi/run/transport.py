@@ -20,7 +20,7 @@ from ..core import config as _config
 from ..core import features as _features
 from ..core import tags
 from ..core.errors import Mismatch, Pending, size_message
-from ..core.exchange import cancel, unanswered
+from ..core.exchange import cancelled, unanswered
 from ..core.steps import Wait
 from ..memory.buffers import region
 from .plan import COPY, RECV, REDUCE, SEND
@@ -146,15 +146,17 @@ def _complete(posted, first, deadline, datatype):
     if not posted:
         return first
     reqs = [r for r, *_ in posted]
+    recvs = [r for r, _, want, _ in posted if want >= 0]
+    sends = [r for r, _, want, _ in posted if want < 0]
     statuses = [MPI.Status() for _ in reqs]
     try:
         done = (yield Wait(reqs, deadline)) and MPI.Request.Testall(reqs, statuses)
     except MPI.Exception as exc:
-        cancel(reqs)
+        yield from cancelled(recvs, sends=sends)
         raise _status_error(exc, posted, statuses, datatype) from None
     if not done:
         peers = sorted({p for (_, p, *_), live in zip(posted, unanswered(reqs)) if live})
-        cancel(reqs)
+        yield from cancelled(recvs, sends=sends)
         raise Pending(peers)
     for (_, peer, want, rnd), status in zip(posted, statuses):
         if want >= 0 and status.Get_elements(datatype) != want:
