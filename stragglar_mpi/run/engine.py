@@ -87,7 +87,7 @@ class Engine:
         self._closing = False
         #: A test hook: ``delay(point, op)`` is called on the progress thread before it
         #: runs an operation's Python (``point``: "start" or "resume"); a fuzzer sleeps
-        #: in it to force interleavings (tests/mpi/test_fuzz.py).  None in production.
+        #: in it to force interleavings (tests/test_fuzz.py).  None in production.
         self.delay = None
 
     def submit(self, op):
