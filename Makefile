@@ -101,11 +101,12 @@ test-mpis: $(VENV)/.installed
 # The box: apt-installs Slurm, munge, faketime and nftables when missing, builds .venv-openmpi5
 # (Open MPI 5 across the hosts) if it is not there; its fixture tears the box down
 # after the tests, also when they fail; the trap covers a Ctrl-C that stops pytest early.
+OMPI5_VENV ?= .venv-openmpi5
 test-cluster: $(VENV)/.installed
 	tests/cluster/box deps
-	$(MAKE) install MPI=openmpi5
+	$(MAKE) install MPI=openmpi5 VENV=$(OMPI5_VENV)
 	trap '$(abspath tests/cluster/box) down >/dev/null 2>&1' EXIT INT TERM; \
-	$(RUN_IN_TESTS) SMPI_BOX_TESTS=1 SMPI_BOX_VENV=$(abspath $(VENV)) SMPI_TEST_NO_SKIP=$(or $(SMPI_TEST_NO_SKIP),) \
+	$(RUN_IN_TESTS) SMPI_BOX_TESTS=1 SMPI_BOX_VENV=$(abspath $(VENV)) SMPI_BOX_OMPI_VENV=$(abspath $(OMPI5_VENV)) SMPI_TEST_NO_SKIP=$(or $(SMPI_TEST_NO_SKIP),) \
 	    $(abspath $(PY)) -m pytest -ra -v cluster/test_box.py $(PYTEST_ARGS)
 
 info: $(VENV)/.installed

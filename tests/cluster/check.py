@@ -4,7 +4,7 @@
         every algorithm x {blocking Allreduce, Iallreduce, Allreduce_init} x sizes x
         (float64 SUM, int32 MAX), a random rank late; each result compared exactly with
         mpi4py's comm.Allreduce on the same input; then straggler="arrival" calls in which
-        one rank of the last host sleeps first: the arrival record must name it.  Rank 0
+        one rank of the last host sleeps first (--arrival-late-ms): the arrival record must name it.  Rank 0
         prints "check: ... errors 0 ..."; any wrong result exits 1.
     check.py fault --out DIR [--algo hierarchical] [--late-ms 800]
         calls in a loop (the last rank late before each, so that a call is pending on the
@@ -78,7 +78,7 @@ def correct(comm, args):
     for it in range(8):
         comm.Barrier()
         if rank == late:
-            time.sleep(0.1)
+            time.sleep(args.arrival_late_ms / 1000)
         send = np.full(3 * n + 1, float(rank + it))
         recv = np.zeros_like(send)
         Allreduce(comm, send, recv, algorithm="stragglar", straggler="arrival")
@@ -150,6 +150,8 @@ def main():
     p.add_argument("--algos", default="auto,stragglar,hierarchical,hring")
     p.add_argument("--algo", default="hierarchical")
     p.add_argument("--late-ms", type=float, default=None)
+    p.add_argument("--arrival-late-ms", type=float, default=100,
+                   help="how late the last rank is in the arrival calls (over a lossy link: more than TCP's retransmission)")
     p.add_argument("--calls", type=int, default=1000)
     p.add_argument("--count", type=int, default=None)
     p.add_argument("--out")
