@@ -155,9 +155,15 @@ cdef inline void _cancel(Posted *p) noexcept nogil:
     # into a buffer after the machine has failed (``_reap`` waits for them).  Sends are
     # not cancelled (MPI-4 deprecates it; MPICH's UCX device crashed in MPI_Cancel of a
     # send to a rank that never came): ``_reap`` frees one that does not complete.
-    cdef int i
+    # What has completed (an error completes a request too) is done first.
+    cdef int i, flag
     for i in range(p.n):
-        if p.reqs[i] != MPI_REQUEST_NULL and p.counts[i] >= 0:
+        if p.reqs[i] == MPI_REQUEST_NULL:
+            continue
+        flag = 0
+        if MPI_Test(&p.reqs[i], &flag, MPI_STATUS_IGNORE) != MPI_SUCCESS or flag:
+            continue
+        if p.counts[i] >= 0:
             MPI_Cancel(&p.reqs[i])
 
 
