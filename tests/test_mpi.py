@@ -65,7 +65,7 @@ def test_mpi_suite(n, transport):
     assert rc == 0, out[-TAIL:]
 
 
-TIMEOUT_FILES = ["mpi/test_reliability.py", "mpi/test_nonblocking.py"]
+TIMEOUT_FILES = ["mpi/test_reliability.py", "mpi/test_nonblocking.py", "mpi/test_late_past_timeout.py"]
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)

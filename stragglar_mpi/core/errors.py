@@ -18,6 +18,28 @@ class StragglerTimeout(TimeoutError):
         self.peers = tuple(peers)
 
 
+class Abandoned(StragglerTimeout):
+    """This rank came to a call that the other ranks had given up: they timed out waiting
+    for it (their own ``StragglerTimeout`` names this rank).  ``gave_up``: the ranks that
+    said so.  Nothing of the abandoned call is taken for this call's data; the
+    communicator's library state is unusable, as after any timeout."""
+
+    def __init__(self, message, gave_up=(), phase=None):
+        super().__init__(message, missing=(), phase=phase, peers=gave_up)
+        self.gave_up = tuple(gave_up)
+
+
+def abandoned_message(gave_up, before):
+    """What ``Abandoned`` says; ``before``: found before the call had run anything."""
+    ranks = ", ".join(map(str, gave_up))
+    done = ("it did nothing (the receive buffer is untouched)" if before else
+            "its result is undefined")
+    return (f"stragglar_mpi: this Allreduce came after rank(s) {ranks} had given up the call: "
+            f"they timed out waiting for this rank (STRAGGLAR_TIMEOUT; see their StragglerTimeout), "
+            f"so it cannot complete; {done}. This communicator's library state is now unusable; "
+            "abort the job (comm.Abort()).")
+
+
 class Pending(Exception):
     """Internal: a wait under the deadline gave up; ``peers`` had not answered.
 

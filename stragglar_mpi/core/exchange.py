@@ -33,14 +33,26 @@ def unanswered(reqs):
 
 
 def _cancel(recvs, sends, buffers):
-    # Receives are cancelled; sends are not (MPI-4 deprecates it; MPICH's UCX device
+    # What has completed (an error completes a request too) is done; receives still
+    # posted are cancelled, sends are not (MPI-4 deprecates it; MPICH's UCX device
     # crashed in MPI_Cancel of a send to a rank that never came): they complete, or are
     # freed, as a cancelled receive that will not die is.
     PROCESS.keep(*buffers)
-    for r in recvs:
-        if r:
-            r.Cancel()
-    return [r for r in list(recvs) + list(sends) if r]
+    live_recvs, live_sends = _live(recvs), _live(sends)
+    for r in live_recvs:
+        r.Cancel()
+    return live_recvs + live_sends
+
+
+def _live(reqs):
+    live = []
+    for r in reqs:
+        try:
+            if r and not r.Test():
+                live.append(r)
+        except MPI.Exception:
+            pass              # it completed with an error: it is gone
+    return live
 
 
 def _free_left(live):

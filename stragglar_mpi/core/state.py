@@ -44,13 +44,16 @@ import numpy as np
 from mpi4py import MPI
 
 from . import tags
-from .errors import Pending
+from .errors import Abandoned, Pending, abandoned_message
 from .exchange import Exchange, absent, cancel, wait
 from .lifetime import ARRIVALS, PROCESS
 from .steps import pause
 
 _SETUP = "the setup of this communicator (its first call)"
 LANES = tags.SEQUENCES - 1     # nonblocking operations that may run at once on a communicator
+#: How long a rank that comes after the others' deadline waits for their word that they
+#: gave up the call (they send it after their cleanup, up to half a second past it).
+GIVEN_UP_PATIENCE = 2.0
 
 
 class Sequence:
@@ -113,15 +116,61 @@ class Sequence:
         return self._table
 
     def absent_ranks_steps(self):
-        """Generator: the ranks missing from the arrival table of the current call, when
-        it is tracked (each waiting rank takes part in a short exchange)."""
+        """Generator, once a wait of the current call (tracked) has timed out: the ranks
+        missing from its arrival table (each waiting rank takes part in a short
+        exchange).  This rank gives the call up: it tells the missing ones (a late one
+        then raises ``Abandoned``); if the others gave it up first, that is raised here."""
         table = self.arrivals()
         if table is None or self.tracked_seq is None:
             return []
+        yield from self.check_given_up(before=False)
         try:
-            return (yield from table.absent(self.tracked_seq))
+            missing = yield from table.absent(self.tracked_seq)
         except MPI.Exception:
             return []
+        if missing:
+            try:
+                self.owner._arrivals.gave_up(self.index, self.tracked_seq, missing)
+            except MPI.Exception:
+                pass
+        return missing
+
+    def check_given_up(self, before, deadline=0.0):
+        """Generator: raise ``Abandoned`` if other ranks told this one they gave up the
+        current tracked call (they timed out waiting for it); ``before``: nothing of the
+        call has run yet.  The communicator is then unusable, as after any timeout.
+
+        An MPI may move only part of what waits per poll, so the messages are looked for
+        until a few polls bring nothing; at the start of a call (``before``, under
+        ``deadline``) that another rank entered longer ago than this call's timeout, so
+        that it has given up or is giving up now (no rank completes the call without
+        this one), its message is waited for, up to GIVEN_UP_PATIENCE seconds."""
+        shared, table = self.owner._arrivals, self.arrivals()
+        if shared is None or table is None or self.tracked_seq is None:
+            return
+        patience = 0.0
+        if before and deadline:
+            earliest = table.earliest() if hasattr(table, "earliest") else None
+            if earliest is not None and table.now() - earliest > deadline - MPI.Wtime():
+                patience = GIVEN_UP_PATIENCE
+        until, ranks, quiet = MPI.Wtime() + patience, [], 0
+        while True:
+            try:
+                now = shared.given_up(self.index, self.tracked_seq)
+            except MPI.Exception:
+                return
+            quiet = quiet + 1 if len(now) == len(ranks) else 0
+            ranks = now
+            # Done after 3 polls that brought nothing new, and once one rank's word came
+            # (the others' follow it closely), or the patience ran out, without it.
+            if quiet >= 3 and (ranks or MPI.Wtime() >= until):
+                break
+            yield from pause(MPI.Wtime() + (1e-3 if patience or ranks else 0.0))
+        if ranks:
+            message = abandoned_message(ranks, before)
+            self.abandon(message)
+            PROCESS.keep(self.scratch(0))
+            raise Abandoned(message, ranks, phase="the call's start" if before else None)
 
     def scratch(self, nbytes):
         """This sequence's host scratch (its calls never overlap)."""

@@ -197,6 +197,11 @@ class GroupTable:
         """The record of the previous tracked call, or None (before the first)."""
         return self._records.get(self.seq - 1)
 
+    def earliest(self):
+        """The earliest arrival (on rank 0's clock) among the notices of the current call
+        this rank holds, or None."""
+        return min(self._call(self.seq).heard.values(), default=None)
+
     def heard(self):
         """Ranks (other than this one) known to have entered the current call."""
         self._pump()

@@ -154,6 +154,11 @@ class NoticeTable:
         """The record of the previous tracked call, or None before the first."""
         return self._previous
 
+    def earliest(self):
+        """The earliest arrival (on rank 0's clock) among the notices of the current call
+        here, or None."""
+        return min(self._current.heard.values(), default=None)
+
     def heard(self):
         """Ranks whose notice for the current call has come."""
         self._current.poll()

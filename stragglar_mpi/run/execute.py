@@ -9,7 +9,7 @@ from mpi4py import MPI
 
 from ..memory import device as _device
 from ..memory.host import HOST
-from ..core.errors import Pending
+from ..core.errors import Mismatch, Pending
 from ..schedule import PHASE1
 from ..schedule.algorithms import CHUNKED
 from . import hierarchical as _hierarchical
@@ -25,7 +25,19 @@ def execute(comm, seq, name, straggler, args, transport, deadline, turn, staging
     """Generator: phase 1 and the plan (or the native call) in the call's memory;
     returns (end of phase 1 or None, first receive or None).  Staged, they run in host
     memory.  ``turn``: when the call may issue a collective on the private duplicate
-    (core/state.py ``Turns``)."""
+    (core/state.py ``Turns``).  A message of the wrong size, or an MPI error, in a call
+    that the other ranks had given up (they timed out waiting for this rank; the
+    messages are what their abandoned call left) raises ``Abandoned``, which says so."""
+    try:
+        return (yield from _execute(comm, seq, name, straggler, args, transport, deadline, turn,
+                                    staging))
+    except (Mismatch, MPI.Exception):
+        if deadline:
+            yield from seq.check_given_up(before=False)
+        raise
+
+
+def _execute(comm, seq, name, straggler, args, transport, deadline, turn, staging=None):
     if args.route == "staged":
         with _staged.Staging(seq, args, whole=name not in CHUNKED) as staged:
             return (yield from execute(comm, seq, name, straggler, staged.args, transport,
