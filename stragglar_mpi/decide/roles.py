@@ -134,10 +134,11 @@ def roles(seq, name, policy, nbytes, n, tracked=False, deadline=0.0):
             seq.log.arrived(arrivals.seq - 1, previous)
     try:
         chosen = yield from _choose(seq, arrivals, name, policy, nbytes, n, deadline)
-        # The other ranks may have given up this call before this rank came (they timed
-        # out waiting for it): then it runs nothing, so nothing that the abandoned call
-        # left in flight is taken for its data.
-        yield from seq.check_given_up(before=True, deadline=deadline)
+        # Under a deadline the other ranks may have given up this call before this rank
+        # came (they timed out waiting for it): then it runs nothing, so nothing that
+        # the abandoned call left in flight is taken for its data.
+        if deadline:
+            yield from seq.check_given_up(before=True, deadline=deadline)
         return chosen
     finally:
         arrivals.finish()
