@@ -123,16 +123,17 @@ class Sequence:
         table = self.arrivals()
         if table is None or self.tracked_seq is None:
             return []
-        yield from self.check_given_up(before=False)
         try:
             missing = yield from table.absent(self.tracked_seq)
         except MPI.Exception:
             return []
-        if missing:
-            try:
-                self.owner._arrivals.gave_up(self.index, self.tracked_seq, missing)
-            except MPI.Exception:
-                pass
+        if not missing:      # every rank came: this one may be the late one
+            yield from self.check_given_up(before=False)
+            return []
+        try:
+            self.owner._arrivals.gave_up(self.index, self.tracked_seq, missing)
+        except MPI.Exception:
+            pass
         return missing
 
     def check_given_up(self, before, deadline=0.0):
