@@ -18,7 +18,7 @@ from .call.requests import Allreduce_init, Iallreduce, stats
 from .call.comm import Comm
 from .core.config import configure
 from .call.report import report
-from .core.errors import StragglerTimeout
+from .core.errors import Abandoned, StragglerTimeout
 from ._version import __version__
 from .schedule import Schedule, ScheduleError, synthesize, verify
 
@@ -31,6 +31,7 @@ __all__ = [
     "configure",
     "report",
     "StragglerTimeout",
+    "Abandoned",
     "Schedule",
     "ScheduleError",
     "synthesize",

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 from mpi4py import MPI
 
-from stragglar_mpi import Allreduce, Iallreduce, StragglerTimeout
-from stragglar_mpi.core.errors import Abandoned, Mismatch
+from stragglar_mpi import Abandoned, Allreduce, Iallreduce, StragglerTimeout
+from stragglar_mpi.core.errors import Mismatch
 from test_reliability import env, timing_size
 
 TIMEOUT, LATE, LATE_RANK = 1.0, 3.5, 1
