@@ -37,12 +37,15 @@ from __future__ import annotations
 
 import os
 import queue
+import sys
 import threading
+import time
 from collections import Counter, deque
 
 import numpy as np
 from mpi4py import MPI
 
+from . import config as _config
 from . import tags
 from .errors import Abandoned, Pending, abandoned_message
 from .exchange import Exchange, absent, cancel, wait
@@ -473,10 +476,33 @@ class _Freeing:
 _FREEING = _Freeing()
 
 
+def _join_setups():
+    # A setup thread still inside a blocking step (its communicator freed by the user, or
+    # its operation done without it) would be inside MPI during MPI_Finalize: a crash in
+    # UCX's progress.  Bounded as the engine's wait (STRAGGLAR_EXIT_TIMEOUT).
+    try:
+        bound = _config.current().exit_timeout
+    except ValueError:
+        bound = 60.0
+    until = time.monotonic() + bound if bound else None
+    for thread in PROCESS.live("setup"):
+        thread.join(None if until is None else max(0.0, until - time.monotonic()))
+    stuck = [t for t in PROCESS.live("setup") if t.is_alive()]
+    if stuck:
+        sys.stderr.write(f"stragglar_mpi: rank {MPI.COMM_WORLD.Get_rank()} exits with "
+                         f"{len(stuck)} communicator setup(s) still running after "
+                         f"{bound:g} s (STRAGGLAR_EXIT_TIMEOUT): a rank that never made "
+                         "the communicator's first call?; exiting with status 1\n")
+        sys.stderr.flush()
+        sys.stdout.flush()
+        os._exit(1)
+
+
 def _free_arrival_tables():
     # Before MPI_Finalize (core/lifetime.py says when, after the progress thread ended):
     # in key order on every rank.  From here on nothing is freed (_Freeing.closed); a
     # state an operation still holds (a join that gave up on it) keeps its tables.
+    _join_setups()
     _FREEING.release()
     _FREEING.close()
     with _FREEING.lock:
@@ -542,7 +568,9 @@ def begin_setup(comm, deadline=0.0, bindings=None, collective=None, blocking=Fal
     if blocking:
         rest()
     else:
-        threading.Thread(target=rest, daemon=True, name="stragglar_mpi setup").start()
+        thread = threading.Thread(target=rest, daemon=True, name="stragglar_mpi setup")
+        PROCESS.register("setup", thread)      # the exit waits for it (_join_setups)
+        thread.start()
     return state
 
 

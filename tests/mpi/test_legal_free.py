@@ -103,3 +103,29 @@ def test_free_of_a_dup_that_had_blocking_calls(comm):
         else:
             c.Free()
         assert same_everywhere(comm, released(state)), f"repeat {k}: the library state stayed"
+
+
+def test_free_right_after_init_and_during_setup(comm):
+    """A persistent request made and freed, then its communicator freed, 100 times in a
+    row (each Dup's setup is still running on the library's thread when both Frees
+    come), then 50 times Iallreduce, Free, Wait: no error, no leak of the library's
+    communicators, the right sums."""
+    buf = np.ones(100)
+    states = []
+    for _ in range(100):
+        c = comm.Dup()
+        r = Allreduce_init(c, MPI.IN_PLACE, buf)
+        states.append(peek(c))
+        r.Free()
+        c.Free()
+    for k in range(50):
+        c = comm.Dup()
+        b = values(comm, 100, k)
+        want = expected(comm, b)
+        r = Iallreduce(c, MPI.IN_PLACE, b)
+        c.Free()
+        r.Wait()
+        assert np.array_equal(b, want)
+    assert np.all(buf == 1.0), "a freed persistent request wrote its buffer"
+    unreleased = [s for s in states if s is not None and not released(s)]
+    assert same_everywhere(comm, not unreleased), f"{len(unreleased)} states never freed"
