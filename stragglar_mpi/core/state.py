@@ -54,9 +54,9 @@ from .steps import pause
 
 _SETUP = "the setup of this communicator (its first call)"
 LANES = tags.SEQUENCES - 1     # nonblocking operations that may run at once on a communicator
-#: How long a rank that comes after the others' deadline waits for their word that they
-#: gave up the call (they send it after their cleanup, up to half a second past it).
-GIVEN_UP_PATIENCE = 2.0
+#: Seconds past the others' deadline (their entry + the timeout) before a rank coming to
+#: a call takes it that they gave it up (the clocks' offsets are known to a few ms).
+GIVEN_UP_MARGIN = 0.25
 
 
 class Sequence:
@@ -121,8 +121,8 @@ class Sequence:
     def absent_ranks_steps(self):
         """Generator, once a wait of the current call (tracked) has timed out: the ranks
         missing from its arrival table (each waiting rank takes part in a short
-        exchange).  This rank gives the call up: it tells the missing ones (a late one
-        then raises ``Abandoned``); if the others gave it up first, that is raised here."""
+        exchange).  When none is missing, this rank may be the late one that came after
+        the others gave the call up: ``Abandoned`` is raised here (``check_given_up``)."""
         table = self.arrivals()
         if table is None or self.tracked_seq is None:
             return []
@@ -131,45 +131,35 @@ class Sequence:
         except MPI.Exception:
             return []
         if not missing:      # every rank came: this one may be the late one
-            yield from self.check_given_up(before=False)
-            return []
-        try:
-            self.owner._arrivals.gave_up(self.index, self.tracked_seq, missing)
-        except MPI.Exception:
-            pass
+            self.check_given_up(before=False)
         return missing
 
-    def check_given_up(self, before, deadline=0.0):
-        """Generator: raise ``Abandoned`` if other ranks told this one they gave up the
-        current tracked call (they timed out waiting for it); ``before``: nothing of the
-        call has run yet.  The communicator is then unusable, as after any timeout.
+    def note_entries(self):
+        """Keep when each rank entered the current tracked call, as far as this rank has
+        heard (rank 0's clock), for ``check_given_up``."""
+        table = self.arrivals()
+        try:
+            entered = table.entered() if table is not None else {}
+        except MPI.Exception:
+            entered = {}
+        self._entered = (self.tracked_seq, entered)
 
-        An MPI may move only part of what waits per poll, so the messages are looked for
-        until a few polls bring nothing; at the start of a call (``before``, under
-        ``deadline``) that another rank entered longer ago than this call's timeout, so
-        that it has given up or is giving up now (no rank completes the call without
-        this one), its message is waited for, up to GIVEN_UP_PATIENCE seconds."""
-        shared, table = self.owner._arrivals, self.arrivals()
-        if shared is None or table is None or self.tracked_seq is None:
+    def check_given_up(self, before):
+        """Raise ``Abandoned`` if the other ranks have given up the current tracked call:
+        a rank that entered it longer ago than the call's timeout (STRAGGLAR_TIMEOUT, the
+        same on every rank) has timed out waiting for this one, since no rank completes a
+        call without every rank.  Decided from the arrival notices this rank holds, with
+        no message to the ranks that gave up (one to a dead rank crashed MPICH's UCX
+        device).  ``before``: nothing of the call has run yet (a margin covers the
+        clocks' offsets); after a failure, a rank near its deadline counts too.  The
+        communicator is then unusable, as after any timeout."""
+        timeout = _config.current().timeout
+        table, (seq, entered) = self.arrivals(), getattr(self, "_entered", (None, {}))
+        if not timeout or table is None or seq is None or seq != self.tracked_seq:
             return
-        patience = 0.0
-        if before and deadline:
-            earliest = table.earliest() if hasattr(table, "earliest") else None
-            if earliest is not None and table.now() - earliest > deadline - MPI.Wtime():
-                patience = GIVEN_UP_PATIENCE
-        until, ranks, quiet = MPI.Wtime() + patience, [], 0
-        while True:
-            try:
-                now = shared.given_up(self.index, self.tracked_seq)
-            except MPI.Exception:
-                return
-            quiet = quiet + 1 if len(now) == len(ranks) else 0
-            ranks = now
-            # Done after 3 polls that brought nothing new, and once one rank's word came
-            # (the others' follow it closely), or the patience ran out, without it.
-            if quiet >= 3 and (ranks or MPI.Wtime() >= until):
-                break
-            yield from pause(MPI.Wtime() + (1e-3 if patience or ranks else 0.0))
+        margin = GIVEN_UP_MARGIN if before else -GIVEN_UP_MARGIN
+        now = table.now()
+        ranks = sorted(r for r, t in entered.items() if now - t > timeout + margin)
         if ranks:
             message = abandoned_message(ranks, before)
             self.abandon(message)

@@ -27,10 +27,8 @@ BENCH_MODEL = 7302          # the benchmark's own link measurement (bench/_model
 BENCH_BOUND = 7303          # the benchmark's exchange bound (bench/_run.py)
 # Kinds of arrival messages (decide/arrival.py, decide/notices.py): notices, an
 # aggregator's group report, the coordinator's decision, the record's rounds, a timeout's
-# views and named ranks, a late coordinator's question to an aggregator and its answer;
-# a rank that gave up a call (a timeout) tells the ranks it names missing (GAVE_UP).
+# views and named ranks, a late coordinator's question to an aggregator and its answer.
 NOTICE, DECISION, REPORT, RECORD, VIEW, NAMED, QUERY, ANSWER = 1, 2, 3, 4, 5, 6, 7, 8
-GAVE_UP = 9
 _ARRIVAL = 100
 
 

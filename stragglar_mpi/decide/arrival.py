@@ -197,10 +197,11 @@ class GroupTable:
         """The record of the previous tracked call, or None (before the first)."""
         return self._records.get(self.seq - 1)
 
-    def earliest(self):
-        """The earliest arrival (on rank 0's clock) among the notices of the current call
-        this rank holds, or None."""
-        return min(self._call(self.seq).heard.values(), default=None)
+    def entered(self):
+        """{rank: when it entered the current call (rank 0's clock)} for the notices this
+        rank holds."""
+        self._pump()
+        return dict(self._call(self.seq).heard)
 
     def heard(self):
         """Ranks (other than this one) known to have entered the current call."""

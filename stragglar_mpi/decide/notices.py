@@ -154,10 +154,10 @@ class NoticeTable:
         """The record of the previous tracked call, or None before the first."""
         return self._previous
 
-    def earliest(self):
-        """The earliest arrival (on rank 0's clock) among the notices of the current call
-        here, or None."""
-        return min(self._current.heard.values(), default=None)
+    def entered(self):
+        """{rank: when it entered the current call (rank 0's clock)} for the notices here."""
+        self._current.poll()
+        return dict(self._current.heard)
 
     def heard(self):
         """Ranks whose notice for the current call has come."""

@@ -11,11 +11,7 @@ from __future__ import annotations
 
 import os
 
-import numpy as np
-from mpi4py import MPI
-
 from ..core import config as _config
-from ..core import tags
 from ..core.errors import Pending
 from ..schedule.algorithms import has_roles
 from . import topology as _topology
@@ -64,32 +60,6 @@ class Tables:
         self.kind = GroupTable if self.comm.Get_size() >= least else NoticeTable
         self.node_of = node_of
         self._tables = []
-        self._gave_up_sends = []          # (request, buffer): this rank's GAVE_UP notices
-        self._given_up = {}               # (sequence, call) -> ranks that gave it up
-
-    def gave_up(self, sequence, seq, ranks):
-        """This rank gave up call ``seq`` of ``sequence`` (a timeout that names ``ranks``
-        missing): tell them (a small eager message, never waited for), so that a late
-        one says so (``given_up``) instead of failing later on what the abandoned call
-        left behind."""
-        me = self.comm.Get_rank()
-        note = np.array([float(seq), self.token])
-        tag = tags.arrival(sequence, tags.GAVE_UP)
-        sends = [(self.comm.Isend(note, r, tag), note) for r in ranks if r != me]
-        MPI.Request.Testall([req for req, _ in sends])      # one turn of progress now
-        self._gave_up_sends += sends
-
-    def given_up(self, sequence, seq):
-        """The ranks that told this one they gave up call ``seq`` of ``sequence`` (each
-        message here is taken in; tests, never waits)."""
-        tag = tags.arrival(sequence, tags.GAVE_UP)
-        status, note = MPI.Status(), np.zeros(2)
-        while self.comm.Iprobe(MPI.ANY_SOURCE, tag, status):
-            source = status.Get_source()
-            self.comm.Recv(note, source, tag)
-            if note[1] == self.token:                     # else: left over from a freed duplicate
-                self._given_up.setdefault((sequence, int(note[0])), set()).add(source)
-        return sorted(self._given_up.get((sequence, seq), ()))
 
     def table(self, sequence):
         made = self.kind(self, sequence)
@@ -108,10 +78,6 @@ class Tables:
         for made in self._tables:
             made.free()
         self._tables = []
-        for req, _ in self._gave_up_sends:
-            if not req.Test():
-                req.Free()      # completes on its own; nobody waits for it
-        self._gave_up_sends = []
         self.comm.Free()
 
 
@@ -138,7 +104,8 @@ def roles(seq, name, policy, nbytes, n, tracked=False, deadline=0.0):
         # came (they timed out waiting for it): then it runs nothing, so nothing that
         # the abandoned call left in flight is taken for its data.
         if deadline:
-            yield from seq.check_given_up(before=True, deadline=deadline)
+            seq.note_entries()
+            seq.check_given_up(before=True)
         return chosen
     finally:
         arrivals.finish()

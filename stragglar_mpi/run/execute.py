@@ -33,7 +33,7 @@ def execute(comm, seq, name, straggler, args, transport, deadline, turn, staging
                                     staging))
     except (Mismatch, MPI.Exception):
         if deadline:
-            yield from seq.check_given_up(before=False)
+            seq.check_given_up(before=False)
         raise
 
 
