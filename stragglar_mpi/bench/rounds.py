@@ -29,18 +29,21 @@ from ._cli import _at_least, parse_delay, parse_size
 _LOG = []
 
 
-def _stamped(execute):
-    """``execute`` run one round at a time, stamping (round, end time, bytes received) per round.
+def _stamped(run_python):
+    """The Python transport's plan runner (a generator), run one round at a time, stamping
+    (round, end time, bytes received) per round.
 
-    The executor completes a round's messages before it starts the next one, so
-    splitting the plan by round changes nothing but adds the stamps.
+    The runner completes a round's messages before it starts the next one, and each row
+    keeps its round (and so its tag), so splitting the plan by round changes nothing but
+    adds the stamps.
     """
     def run(plan, addresses, comm, datatype, op, *rest):
         rows, extent, first = plan.rows, datatype.Get_extent()[1], None
-        _LOG.append((-1, MPI.Wtime(), 0))       # the executor starts: setup is over
+        _LOG.append((-1, MPI.Wtime(), 0))       # the plan starts: setup is over
         for rnd in dict.fromkeys(rows[:, 1].tolist()):
             mine = rows[rows[:, 1] == rnd]
-            got = execute(dataclasses.replace(plan, rows=mine), addresses, comm, datatype, op, *rest)
+            got = yield from run_python(dataclasses.replace(plan, rows=mine), addresses, comm,
+                                        datatype, op, *rest)
             first = got if first is None else first
             received = int(mine[mine[:, 0] == RECV][:, 5].sum()) * extent
             _LOG.append((rnd, MPI.Wtime(), received))
@@ -79,7 +82,7 @@ def _tabulate(gathered, straggler):
         setup.append(next((t for r, t, _ in ranks[straggler][2] if r < 0), arrived) - arrived)
         for _, _, log in ranks:
             for r, t, b in log:
-                if r < 0:
+                if r < 0 or t < arrived:      # phase 1's rounds (before the arrival)
                     continue
                 ends[i, r] = max(ends[i, r], t - arrived)
                 if i == 0 and b:
@@ -120,7 +123,7 @@ def main(argv=None, comm=None) -> int:
         p.error(f"unknown algorithm(s) {', '.join(unknown)}; choose from stragglar, ring, rhd, direct")
     os.environ["STRAGGLAR_TRANSPORT"] = "python"
     configure()
-    _transport._execute_python = _stamped(_transport._execute_python)
+    _transport._run_python = _stamped(_transport._run_python)
     n, straggler = comm.Get_size(), comm.Get_size() - 1 if args.straggler is None else args.straggler
     delay = args.delay.draw(np.random.default_rng(0), args.size)
     for algorithm in args.algorithms.split(","):
