@@ -95,7 +95,7 @@ def _pricing(log, n):
                 f"{figures[1]:g} B/s; between nodes alpha {figures[2]:g} s, bandwidth {figures[3]:g} B/s")
         lanes = min(len(node) for node in topology.nodes)
         return (lambda nbytes: _best_synchronous(costs(m, k, nbytes, *figures, lanes))), what
-    alpha, bandwidth, _ = _config.current().model
+    alpha, bandwidth = _config.current().model[:2]       # a five-value model: its first tier
     what = f"STRAGGLAR_MODEL: alpha {alpha:g} s, bandwidth {bandwidth:g} B/s"
     return (lambda nbytes: _best_synchronous(costs(1, n, nbytes, alpha, bandwidth, alpha, bandwidth))), what
 
