@@ -6,6 +6,7 @@ import os
 import platform
 import sys
 import time
+from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
@@ -363,13 +364,19 @@ def _finish_size(args, samples, n, nbytes, link, progress):
     return rows
 
 
+def _hosts(comm) -> dict:
+    """{host name: ranks on it}, in the order of the ranks' first appearance."""
+    return dict(Counter(comm.allgather(platform.node())))
+
+
 def _config(args, comm, link, ctx, argv) -> dict:
     offsets = comm.gather(ctx.offset, root=0)
+    hosts = _hosts(comm)
     return {
         "command": " ".join(["python -m stragglar_mpi.bench", *map(str, argv)]),
         "args": {k: (v if not isinstance(v, Delay) else vars(v)) for k, v in vars(args).items()},
         "ranks": comm.Get_size(),
-        "host": platform.node(), "cpus": os.cpu_count(), "cpu": _cpu_model(),
+        "host": platform.node(), "hosts": hosts, "cpus": os.cpu_count(), "cpu": _cpu_model(),
         "mpi": " ".join(MPI.Get_library_version().replace("\0", " ").split("\n")[0].split()),   # Open MPI's ends in NUL
         "stragglar_mpi": __version__, "transport": transport_name(),
         "alpha_us": link[0] * 1e6, "bandwidth_GBps": link[1] / 1e9,
@@ -387,14 +394,21 @@ def _cpu_model():
         return platform.processor()
 
 
+def _where(c) -> str:
+    hosts = c.get("hosts") or {c["host"]: c["ranks"]}
+    if len(hosts) == 1:
+        return next(iter(hosts))
+    return f"{len(hosts)} hosts: " + ", ".join(f"{h} ({k})" for h, k in hosts.items())
+
+
 def _preamble(c) -> str:
     a = c["args"]
     d = a["delay"]
     straggler = a["straggler"] if a["straggler"] is not None else f"{c['ranks'] - 1} (last)"
     offs = max(abs(o) for o in c["clock_offsets_us"])
     lines = [
-        f"# stragglar_mpi.bench {c['stragglar_mpi']}: {c['ranks']} ranks on {c['host']} "
-        f"({c['cpus']} CPUs, {c['cpu']}), {c['mpi']}, transport {c['transport']}",
+        f"# stragglar_mpi.bench {c['stragglar_mpi']}: {c['ranks']} ranks on {_where(c)} "
+        f"({c['cpus']} CPUs, {c['cpu']} on {c['host']}), {c['mpi']}, transport {c['transport']}",
         f"# {a['datatype']} {a['op']}, straggler {straggler}, delay {d['kind']} "
         f"{d['a']:g}{':%g' % d['b'] if d['kind'] in ('uniform', 'normal') else ''} ms"
         f" + {a['delay_per_mib']:g} ms/MiB, check {a['check']}, seed {a['seed']}",

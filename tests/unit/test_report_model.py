@@ -22,3 +22,10 @@ def test_report_with_either_form_of_the_model(model):
     assert "STRAGGLAR_MODEL: alpha 1e-05 s, bandwidth 1e+09 B/s" in text, text
     row = [ln for ln in text.splitlines() if ln.split()[:1] == ["2"]]
     assert row and row[0].split()[1] == "1", text            # rank 2 was last once
+
+
+def test_the_bench_header_names_every_host():
+    from stragglar_mpi.bench._cli import _where
+    assert _where({"host": "n1", "ranks": 8, "hosts": {"n1": 4, "n2": 4}}) == "2 hosts: n1 (4), n2 (4)"
+    assert _where({"host": "vm", "ranks": 2, "hosts": {"vm": 2}}) == "vm"
+    assert _where({"host": "vm", "ranks": 2}) == "vm"            # a JSON file from before
