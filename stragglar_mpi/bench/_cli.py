@@ -320,13 +320,15 @@ def _prewarm(ctx):
 
 
 def _link(comm, args, max_bytes):
-    """(alpha s, bandwidth B/s) for the model: the flags, else a ping-pong."""
+    """(alpha s, bandwidth B/s, tiers) for the model: the flags, else a ping-pong; tiers:
+    the library's two tiers measured at setup when the communicator spans nodes (the
+    model then prices with them), else None."""
     alpha, bandwidth = args.alpha, args.bandwidth
     if alpha is None or bandwidth is None:
         m_alpha, m_bw = _model.link(comm, min(max_bytes, 64 * _MIB))
         alpha = m_alpha * 1e6 if alpha is None else alpha
         bandwidth = m_bw / 1e9 if bandwidth is None else bandwidth
-    return alpha * 1e-6, bandwidth * 1e9
+    return alpha * 1e-6, bandwidth * 1e9, _model.tiers_of(comm)
 
 
 def _measure(ctx, args, variants, k, nbytes):
@@ -364,6 +366,14 @@ def _finish_size(args, samples, n, nbytes, link, progress):
     return rows
 
 
+def _tiers_config(tiers):
+    if tiers is None:
+        return None
+    m, k, least, (a1, b1, a2, b2) = _model.shape(tiers)
+    return {"nodes": m, "largest": k, "smallest": least, "alpha_intra_us": a1 * 1e6,
+            "bandwidth_intra_GBps": b1 / 1e9, "alpha_inter_us": a2 * 1e6, "bandwidth_inter_GBps": b2 / 1e9}
+
+
 def _hosts(comm) -> dict:
     """{host name: ranks on it}, in the order of the ranks' first appearance."""
     return dict(Counter(comm.allgather(platform.node())))
@@ -379,7 +389,7 @@ def _config(args, comm, link, ctx, argv) -> dict:
         "host": platform.node(), "hosts": hosts, "cpus": os.cpu_count(), "cpu": _cpu_model(),
         "mpi": " ".join(MPI.Get_library_version().replace("\0", " ").split("\n")[0].split()),   # Open MPI's ends in NUL
         "stragglar_mpi": __version__, "transport": transport_name(),
-        "alpha_us": link[0] * 1e6, "bandwidth_GBps": link[1] / 1e9,
+        "alpha_us": link[0] * 1e6, "bandwidth_GBps": link[1] / 1e9, "tiers": _tiers_config(link[2]),
         "clock_offsets_us": None if offsets is None else [o * 1e6 for o in offsets],
         "env": {k: v for k, v in os.environ.items() if k.startswith(("MPIR_CVAR", "STRAGGLAR_"))},
     }
@@ -392,6 +402,17 @@ def _cpu_model():
                         platform.processor())
     except OSError:
         return platform.processor()
+
+
+def _model_line(c) -> str:
+    t = c.get("tiers")
+    if not t:
+        return f"# model: alpha {c['alpha_us']:.2f} us, bandwidth {c['bandwidth_GBps']:.2f} GB/s"
+    nodes = (f"{t['nodes']} nodes of {t['largest']}" if t["largest"] == t["smallest"] else
+             f"{t['nodes']} nodes of {t['smallest']}-{t['largest']}")
+    return (f"# model: two tiers measured at setup, {nodes}: inside a node alpha "
+            f"{t['alpha_intra_us']:.2f} us, {t['bandwidth_intra_GBps']:.2f} GB/s; between nodes alpha "
+            f"{t['alpha_inter_us']:.2f} us, {t['bandwidth_inter_GBps']:.2f} GB/s; bound: the floor")
 
 
 def _where(c) -> str:
@@ -412,11 +433,11 @@ def _preamble(c) -> str:
         f"# {a['datatype']} {a['op']}, straggler {straggler}, delay {d['kind']} "
         f"{d['a']:g}{':%g' % d['b'] if d['kind'] in ('uniform', 'normal') else ''} ms"
         f" + {a['delay_per_mib']:g} ms/MiB, check {a['check']}, seed {a['seed']}",
-        f"# model: alpha {c['alpha_us']:.2f} us, bandwidth {c['bandwidth_GBps']:.2f} GB/s; "
-        f"clock offsets to rank 0 up to {offs:.1f} us",
+        _model_line(c) + f"; clock offsets to rank 0 up to {offs:.1f} us",
         "# post: from the straggler's call to the last return; total: from the first call; "
         "algbw/busbw on the post median;",
         "# xnative: native median / this median; xbound: this median / bound median; "
+        "model: the prediction; floor: the least any schedule can take after the arrival; "
         "RS: slowest early rank's ReduceScatter",
         _report.header(),
     ]

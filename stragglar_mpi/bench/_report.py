@@ -13,9 +13,9 @@ COLUMNS = [  # (header, width, format of the value)
     ("post:min", 9, "{:.3f}"), ("median", 9, "{:.3f}"), ("max", 9, "{:.3f}"),
     ("total", 9, "{:.2f}"), ("algbw", 7, "{:.2f}"), ("busbw", 7, "{:.2f}"),
     ("xnative", 7, "{:.2f}"), ("xbound", 6, "{:.2f}"), ("model", 8, "{:.3f}"),
-    ("RS", 8, "{:.2f}"), ("#wrong", 6, "{:d}"),
+    ("floor", 8, "{:.3f}"), ("RS", 8, "{:.2f}"), ("#wrong", 6, "{:d}"),
 ]
-UNITS = ["", "", "", "ms", "ms", "ms", "ms", "GB/s", "GB/s", "speedup", "ratio", "ms", "ms", ""]
+UNITS = ["", "", "", "ms", "ms", "ms", "ms", "GB/s", "GB/s", "speedup", "ratio", "ms", "ms", "ms", ""]
 
 
 def summarise(variant, samples, n, nbytes, link) -> dict:
@@ -32,6 +32,9 @@ def summarise(variant, samples, n, nbytes, link) -> dict:
         "algbw": algbw, "busbw": algbw * 2 * (n - 1) / n,
         "model": float(np.median([predict(ran, n, s.draw.straggler, nbytes, s.draw.delay, *link)
                                   for s in samples])),
+        # no schedule ends sooner after the arrival: the straggler's bytes must reach the
+        # others (two tiers: every other node over its links; schedule/tiers.py floor)
+        "floor": predict("bound", n, None, nbytes, 0.0, *link),
         "delay": float(np.median([s.draw.delay for s in samples])),
         "reduce_scatter": _reduce_scatter(samples),
         "phases": _phases(samples),
@@ -90,7 +93,7 @@ def line(r: dict) -> str:
     values = [r["size"], name, r["iters"], ms(r["post_arrival"]["min"]),
               ms(r["post_arrival"]["median"]), ms(r["post_arrival"]["max"]),
               ms(r["total"]["median"]), r["algbw"], r["busbw"], r.get("speedup_vs_native"),
-              r.get("x_bound"), ms(r["model"]), ms(r["reduce_scatter"]), r["wrong"]]
+              r.get("x_bound"), ms(r["model"]), ms(r.get("floor")), ms(r["reduce_scatter"]), r["wrong"]]
     return "".join(f"{'-' if v is None else fmt.format(v):>{w}} "
                    for v, (_, w, fmt) in zip(values, COLUMNS)).rstrip()
 
