@@ -5,10 +5,15 @@ Skipped where torch is not installed (``make test-torch`` installs the CPU wheel
 SMPI_TEST_NO_SKIP=1 a missing torch fails instead."""
 import importlib.util
 import os
+import sys
+from pathlib import Path
 
 import pytest
 
+import launcher
 from test_mpi import TAIL, run_mpi
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
 if importlib.util.find_spec("torch") is None:
     if os.environ.get("SMPI_TEST_NO_SKIP"):
@@ -34,3 +39,14 @@ def test_ddp_hook_timeouts():
     rc, out = run_mpi(4, ["-m", "timeouts", "ddp/test_ddp.py"])
     print("mpiexec -n 4 ddp timeouts:", summary(out))
     assert rc == 0 and " passed" in out, out[-TAIL:]
+
+
+def test_example_ddp_straggler_bench():
+    """examples/ddp_straggler.py --bench, small: every hook, with and without a slow rank,
+    the same weights as DDP's default hook."""
+    argv = [sys.executable, str(EXAMPLES / "ddp_straggler.py"), "--bench", "--steps", "2", "--warmup", "2",
+            "--width", "64", "--layers", "2", "--bucket-mb", "0.01", "--delay", "0.02"]
+    rc, out, cmd = launcher.run(4, argv, 300, unset=["SMPI_TEST_IN_MPIEXEC"])
+    assert rc == 0, f"{' '.join(cmd)} exited {rc}:\n{out[-TAIL:]}"
+    assert "same weights as the default hook" in out and "FAILED" not in out, out
+    assert out.count("vs default") == 4, out
