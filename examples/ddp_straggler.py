@@ -8,8 +8,8 @@ The slow rank sleeps ``--delay`` seconds in every forward pass, so each of its g
 buckets comes late.  Per step the script measures the step time and the *tail*: from the
 slow rank's last bucket (the last hook call of the step on any rank) to the end of the
 step's communication (the last bucket's end on any rank), on one machine's clock.  Hooks:
-``stragglar`` (stragglar_mpi.torch.register, straggler by arrival), ``native`` (the same
-hook forced to the MPI's own AllReduce) and ``default`` (DDP's allreduce_hook over gloo,
+``stragglar`` (stragglar_mpi.torch.register, straggler by arrival), ``auto`` (register
+with the library's defaults), ``native`` (the hook forced to the MPI's own AllReduce) and ``default`` (DDP's allreduce_hook over gloo,
 the same as no hook, timed).  Needs the ``torch`` extra.
 """
 import argparse
@@ -26,7 +26,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 import stragglar_mpi.torch as smpi_torch
 
-HOOKS = ("stragglar", "native", "default")
+HOOKS = ("stragglar", "auto", "native", "default")
 
 
 def parse_args():
@@ -78,8 +78,9 @@ def build(args, hook, slow):
         trace = []
         ddp.register_comm_hook(None, timed_default_hook(trace))
     else:
-        how = dict(algorithm="stragglar", straggler="arrival") if hook == "stragglar" else dict(algorithm="native")
-        state = smpi_torch.register(ddp, **how)
+        how = {"stragglar": dict(algorithm="stragglar", straggler="arrival"), "auto": {},
+               "native": dict(algorithm="native")}[hook]
+        state = smpi_torch.register(ddp, **how)      # "auto": the one line, library defaults
         state.trace = trace = []
     return ddp, trace
 
@@ -137,7 +138,7 @@ def main():
     if rank == 0 and args.bench:
         for s in sorted({s for _, s in cases}, key=lambda s: -1 if s is None else s):
             base = results[("default", s)]
-            for hook in ("stragglar", "native"):
+            for hook in ("stragglar", "auto", "native"):
                 r = results[(hook, s)]
                 print(f"slow rank {'-' if s is None else s}: {hook} vs default: step {base[0] / r[0]:.2f}x, "
                       f"tail {base[1] / r[1]:.2f}x")

@@ -82,7 +82,7 @@ def hook(state: HookState, bucket: dist.GradBucket) -> torch.futures.Future[torc
     except Exception as exc:                      # an unusable communicator, a bad argument
         _trace(state, call, bucket, t_called, None, exc)
         future.set_exception(exc)
-        return future
+        return future.then(_value)
 
     def done(error, record):                      # on the progress thread
         _trace(state, call, bucket, t_called, record, error)
@@ -95,7 +95,13 @@ def hook(state: HookState, bucket: dist.GradBucket) -> torch.futures.Future[torc
 
     request.on_done(done)
     request.Free()                                # the error reaches the future, not a Wait
-    return future
+    return future.then(_value)
+
+
+def _value(future):
+    # A Python Future's exception is only a value to C++ (DDP's reducer would try to cast it
+    # to a tensor); a callback that raises it marks the chained future failed for C++ too.
+    return future.value()
 
 
 def _working_copy(buf):
