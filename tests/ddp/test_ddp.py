@@ -166,6 +166,11 @@ def test_roles_by_arrival_agree_on_every_rank(hook):
     if slow is not None and hook == "stragglar":
         late = [s for _, _, s in seen[len(seen) // 2:]]
         assert all(s == slow for s in late), f"the slow rank {slow} did not play the straggler: {seen}"
+    if slow is not None and world.Get_rank() != slow:
+        # Nonblocking: the hook returned at once, so a later bucket was handed over while an
+        # earlier one still waited for the slow rank.
+        calls = sorted(state.trace, key=lambda t: t["call"])
+        assert any(b["called"] < a["done"] for a, b in zip(calls, calls[1:])), calls
 
 
 def test_an_error_reaches_the_future_on_every_rank():
