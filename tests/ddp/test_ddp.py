@@ -192,6 +192,10 @@ def test_a_world_that_differs_from_the_process_group_is_refused():
     reversed_ranks = world.Split(0, world.Get_size() - world.Get_rank())
     with pytest.raises(RuntimeError, match="does not match the process group"):
         check_world(reversed_ranks)
+    with pytest.raises(RuntimeError, match="does not match the process group"):
+        check_world(MPI.COMM_SELF)        # as under torchrun: every process an MPI world of one
+    with pytest.raises(RuntimeError, match="does not match the process group"):
+        register(DDP(Net()), MPI.COMM_SELF)
     check_world(world)
     reversed_ranks.Free()
 
