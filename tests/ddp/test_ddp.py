@@ -163,6 +163,8 @@ def test_roles_by_arrival_agree_on_every_rank(hook):
     everyone = world.allgather(seen)
     assert all(s == everyone[0] for s in everyone), f"the ranks disagree: {everyone}"
     assert len(seen) > 5
+    if os.environ.get("SMPI_TEST_NO_WALLCLOCK"):
+        return                           # what follows needs the delay to show (a loaded machine may hide it)
     if slow is not None and hook == "stragglar":
         late = [s for _, _, s in seen[len(seen) // 2:]]
         assert all(s == slow for s in late), f"the slow rank {slow} did not play the straggler: {seen}"
