@@ -2,6 +2,8 @@
 # make test : local venv, install with the test extra, run the whole test suite
 # make test-mpi FILE=mpi/test_allreduce.py NP=4 [TRANSPORT=cython] : one MPI test file
 #   at one world size (both transports unless TRANSPORT says one)
+# make test-torch : the PyTorch DDP hook (docs/TORCH.md): installs the CPU torch wheel into the
+#   venv (TORCH_PIP, pip's arguments), runs tests/test_torch.py (2, 3, 4 ranks and the timeouts)
 # make test-mpis : what CI runs on an MPI other than the default (docs/MPIS.md)
 # make test-cluster : the cluster in a box (docs/CLUSTER.md): 4 hosts in network namespaces,
 #   Slurm, link faults; root; SMPI_BOX_RUNS=10 repeats each fault test, SMPI_BOX_LONG=1 adds more
@@ -45,7 +47,7 @@ endif
 PY := $(VENV)/bin/python
 RUN_IN_TESTS = cd tests && PATH="$(abspath $(VENV))/bin:$$PATH"
 
-.PHONY: demo test test-mpi test-mpis test-cluster install info clean
+.PHONY: demo test test-mpi test-mpis test-torch test-cluster install info clean
 
 $(VENV)/.installed: $(SOURCES)
 	$(PYTHON) -m venv $(VENV)
@@ -86,6 +88,13 @@ TRANSPORT ?= cython,python
 test-mpi: $(VENV)/.installed
 	$(RUN_IN_TESTS) SMPI_TEST_FILES="$(FILE)" SMPI_TEST_SIZES=$(NP) SMPI_TEST_TRANSPORTS=$(TRANSPORT) \
 	    $(abspath $(PY)) -m pytest -ra -s test_mpi.py::test_mpi_suite $(PYTEST_ARGS)
+
+# The registry here serves the CPU build as torch==2.13.0+cpu (183 MB; plain `torch` is the CUDA
+# one, several GB); elsewhere: TORCH_PIP="torch --index-url https://download.pytorch.org/whl/cpu".
+TORCH_PIP ?= torch==2.13.0+cpu
+test-torch: $(VENV)/.installed
+	$(PY) -m pip install -q $(TORCH_PIP)
+	$(RUN_IN_TESTS) SMPI_TEST_NO_SKIP=1 $(abspath $(PY)) -m pytest -ra -v test_torch.py $(PYTEST_ARGS)
 
 # What CI runs on an MPI other than the default: the MPI test files at 2, 3, 4 ranks and
 # the timeout tests (one transport), mpi4py's Allreduce tests with Comm at 2 and 3 ranks,

@@ -4,10 +4,12 @@ unit/  : pure Python, no MPI processes.
 mpi/   : test bodies that run on every rank under ``mpiexec -n N``; launched by
          test_mpi.py for several N and both transports.  They are collected only
          inside such a launch (SMPI_TEST_IN_MPIEXEC=1).
+ddp/   : the same for the PyTorch DDP hook (stragglar_mpi/torch.py), launched by
+         test_torch.py; skipped where torch is not installed.
 """
 import os
 
-collect_ignore = [] if os.environ.get("SMPI_TEST_IN_MPIEXEC") else ["mpi"]
+collect_ignore = [] if os.environ.get("SMPI_TEST_IN_MPIEXEC") else ["mpi", "ddp"]
 
 
 import pytest  # noqa: E402

@@ -118,8 +118,8 @@ def _plain(comm, sendbuf, recvbuf, op):
 
 
 def steps(comm, seq, args, settings, t_call, deadline, turn):
-    """Generator: the call after bind, in the sequence ``seq``: decide, run, record.
-    ``turn``: its place among the collectives on the private duplicate."""
+    """Generator: the call after bind, in the sequence ``seq``: decide, run, record
+    (its value: the call's ``CallRecord``).  ``turn``: its place among the collectives on the private duplicate."""
     if seq.broken:
         raise RuntimeError(f"stragglar_mpi: this communicator is unusable after: {seq.broken}")
     try:
@@ -141,12 +141,14 @@ def steps(comm, seq, args, settings, t_call, deadline, turn):
         yield from _tuning.timed(seq, t_call, deadline, turn)
     t_end = MPI.Wtime()
     how = (how or "model") if args.name == "auto" else None
-    record(seq.owner, CallRecord(name, straggler, args.policy, t_call, t_p1 or t_call, first, t_end,
-                                 transport, args.route, sent, how))
+    rec = CallRecord(name, straggler, args.policy, t_call, t_p1 or t_call, first, t_end,
+                     transport, args.route, sent, how)
+    record(seq.owner, rec)
     if tracked and seq is seq.owner:      # the straggler report keeps the blocking calls
         post = t_end - (first if first is not None else t_call)
         log_of(seq, args.n, comm.Get_name()).ran(seq.tracked_seq, name, straggler,
                                                  args.out.count * args.out.extent, post)
+    return rec
 
 
 def _decide(seq, args, deadline):

@@ -26,6 +26,7 @@ from __future__ import annotations
 import os
 import sys
 import threading
+import traceback
 import weakref
 
 from mpi4py import MPI
@@ -159,7 +160,7 @@ class _Spec:
                 checked = lambda: check(comm, *self.given, settings)  # noqa: E731
                 args = (yield from same_everywhere(lane, checked, deadline, turn)) \
                     if settings.validate else checked()
-            yield from _allreduce.steps(comm, lane, args, settings, t_call, deadline, turn)
+            return (yield from _allreduce.steps(comm, lane, args, settings, t_call, deadline, turn))
         except (Pending, Mismatch) as exc:
             raise (yield from _allreduce.failed(lane, exc, settings.timeout)) from None
         finally:
@@ -200,14 +201,39 @@ class _Call:
         self.operation = Operation(spec.steps(lane, turn, when), lane, self._ended,
                                    f"a nonblocking Allreduce (ticket {turn.ticket})", when[0])
         self.error, self.reported, self.quiet = None, False, False
+        self.record = None               # the call's CallRecord once it succeeded
         self.finished = threading.Event()
         self.grequest = None
+        self._lock = threading.Lock()    # on_done against the end, nothing else
+        self._callbacks = []
 
     def _ended(self, operation):
-        self.error = operation.error
+        self.error, self.record = operation.error, operation.result
         self.grequest.Complete()         # before the event: Wait then frees it at once
-        self.finished.set()
+        with self._lock:
+            self.finished.set()
+            callbacks, self._callbacks = self._callbacks, []
         self.state.unhold()
+        for fn in callbacks:             # the engine holds no lock here (Operation._end)
+            self._run(fn)
+
+    def on_done(self, fn):
+        """``fn(error, record)`` once the operation has ended: on the progress thread, or
+        here if it already has."""
+        with self._lock:
+            if not self.finished.is_set():
+                self._callbacks.append(fn)
+                return
+        self._run(fn)
+
+    def _run(self, fn):
+        # A callback that raises must not end the progress thread; its error is shown
+        # as threading shows an uncaught one.
+        try:
+            fn(self.error, self.record if self.error is None else None)
+        except BaseException:
+            sys.stderr.write(f"stragglar_mpi: an on_done callback raised:\n{traceback.format_exc()}")
+            sys.stderr.flush()
 
     def raise_error(self):
         """The operation's error, once (by Wait or Test, or by the next one after a Waitall)."""
@@ -250,6 +276,18 @@ class _Ops:
             os.sched_yield()             # a Test loop gives the core to the progress thread
             return False
         return self.Wait(status)
+
+    def on_done(self, fn):
+        """Call ``fn(error, record)`` once the operation has ended, with its result in the
+        buffer: ``error`` is what Wait would raise (None: it succeeded), ``record`` the
+        call's ``CallRecord`` (None after an error).  ``fn`` runs on the progress thread (or
+        at once, in this thread, if the operation has already ended); it must be short and
+        start no blocking call of the library.  The request still needs a Wait, a Test
+        or a Free; a Free right after ``on_done`` is the usual way (the error then reaches
+        only ``fn``)."""
+        if self._call is None:
+            raise RuntimeError("stragglar_mpi: on_done of a persistent request never started")
+        self._call.on_done(fn)
 
     def Cancel(self):
         """Does nothing: the operation completes normally, and ``Is_cancelled()`` of its

@@ -253,6 +253,57 @@ def test_an_error_of_the_operation_comes_from_wait_on_every_rank(comm):
     c.Free()
 
 
+def test_on_done_runs_once_the_result_is_in_the_buffer(any_comm):
+    """``on_done(fn)``: fn(error, record) once, on the progress thread (or at once when the
+    operation has ended); the request may be freed right after; a callback that raises does
+    not stop the thread."""
+    import threading
+    n, rank = any_comm.Get_size(), any_comm.Get_rank()
+    seen, ended = [], threading.Event()
+    buf = np.full(5000, rank + 1.0)
+
+    def done(error, record):
+        seen.append((error, record, buf.copy(), threading.current_thread().name))
+        ended.set()
+    request = Iallreduce(any_comm, MPI.IN_PLACE, buf, algorithm="stragglar", straggler=n - 1)
+    request.on_done(done)
+    request.Free()
+    assert ended.wait(60)
+    (error, record, got, _), = seen
+    assert error is None and record.as_dict() == stats(any_comm)["last"]     # the call's record
+    assert np.all(got == n * (n + 1) / 2)            # the result was there when fn ran
+    late = []
+    request = Iallreduce(any_comm, MPI.IN_PLACE, buf)
+    request.Wait()
+    with pytest.raises(RuntimeError, match="never started"):
+        Allreduce_init(any_comm, MPI.IN_PLACE, buf).on_done(late.append)
+    request = Iallreduce(any_comm, MPI.IN_PLACE, np.ones(8))
+    request.on_done(lambda error, record: 1 / 0)      # printed, the thread goes on
+    request.Wait()
+    again = Iallreduce(any_comm, MPI.IN_PLACE, np.ones(8))
+    again._call.finished.wait(60)
+    again.on_done(lambda error, record: late.append((error, record, threading.current_thread())))
+    again.Wait()
+    assert late[0][0] is None and late[0][2] is threading.current_thread()   # ended: here
+
+
+def test_on_done_gets_the_error_of_the_operation_on_every_rank(comm):
+    n, rank = comm.Get_size(), comm.Get_rank()
+    if n == 1:
+        pytest.skip("needs two ranks")
+    c = comm.Dup()
+    count = 10 + (rank == n - 1)
+    got = []
+    with env(STRAGGLAR_VALIDATE=1):
+        request = Iallreduce(c, np.ones(count), np.ones(count), algorithm="stragglar")
+        request.on_done(lambda error, record: got.append((error, record)))
+        with pytest.raises(ValueError, match="differ across ranks"):
+            request.Wait()
+    (error, record), = got
+    assert isinstance(error, ValueError) and record is None
+    c.Free()
+
+
 def test_device_buffers(comm):
     cuda = pytest.importorskip("numba.cuda")
     n = comm.Get_size()

@@ -105,7 +105,8 @@ def test_lazy_and_cython_imports_count():
 #: The rooms, lowest first: a module may import from its own room and from lower ones.
 #: docs/ARCHITECTURE.md says what each room knows.
 LAYERS = {"schedule": 0, "_version": 0, "core": 1, "memory": 2, "decide": 3, "bind": 4, "run": 5,
-          "call": 6, "__init__": 6, "bench": 7, "__main__": 7}
+          "call": 6, "__init__": 6, "bench": 7, "__main__": 7,
+          "torch": 7}     # optional integrations: they need their extra (pyproject.toml)
 
 
 def layer_of(module):
