@@ -90,7 +90,7 @@ def test_random_calls(n, transport):
     assert rc == 0 and "errors 0" in out, out[-TAIL:]
 
 
-# Emulated nodes are MPICH's cliques; Open MPI has no such setting (docs: README, Open MPI).
+# Emulated nodes are MPICH's cliques; Open MPI has no such setting (docs/BUILDING.md, "Emulated nodes").
 NODES = pytest.mark.skipif(not launcher.emulates_nodes(), reason="this MPI cannot emulate nodes on one machine")
 
 

@@ -7,7 +7,7 @@ the same point between calls).  An unknown ``STRAGGLAR_*`` name, or a value
 outside the accepted ones, raises ``ValueError`` naming the variable; the bad
 settings are not kept, so every later call raises the same until they are fixed.
 
-``KNOBS`` is the one list of variables: the README's table, ``Settings``' fields
+``KNOBS`` is the one list of variables: docs/SETTINGS.md's table, ``Settings``' fields
 and the checks all come from it.
 """
 from __future__ import annotations
@@ -259,7 +259,7 @@ def timeout():
 
 
 def table() -> str:
-    """The README's configuration table, from ``KNOBS``."""
+    """docs/SETTINGS.md's table of settings, from ``KNOBS``."""
     rows = ["| variable | meaning | default |", "|---|---|---|"]
     for k in KNOBS:
         default = f"`{k.default}`" if k.default else "unset"

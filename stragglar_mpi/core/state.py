@@ -244,7 +244,7 @@ class Turn:
 class State(Sequence):
     """One communicator's library state, and the sequence of its blocking calls.
     ``bindings``: the compiled entry's cache of earlier calls' checks
-    (call/_entry.pyx), or None without the build."""
+    (cython_src/_entry.pyx), or None without the build."""
 
     def __init__(self, bindings=None):
         super().__init__(self, 0)

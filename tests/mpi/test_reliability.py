@@ -2,6 +2,7 @@
 import os
 import threading
 import time
+from collections import deque
 from contextlib import contextmanager
 
 import numpy as np
@@ -172,12 +173,56 @@ def test_short_soak_keeps_state_bounded(comm):
             ref = np.zeros_like(send)
             comm.Allreduce(send, ref, op)
             assert np.array_equal(recv, ref), (it, code, op, count, policy, algo)
-        state = state_of(c)
-        assert not hasattr(state, "early_comms")       # phase 1 needs no sub-communicator
-        assert len(state.history) <= state.history.maxlen
         assert sum(stats(c)["calls"].values()) == 150
+        state = state_of(c)
+        if state.bindings is not None:               # many specs: the oldest bindings go
+            assert len(state.bindings) <= 8
+        if n > 1:                                    # more tracked calls than the history keeps
+            keep = state.history.maxlen
+            assert keep is not None
+            for it in range(keep + 4):
+                send = np.full(4 * n, rank + it, dtype=np.float64)
+                Allreduce(c, MPI.IN_PLACE, send, algorithm="stragglar", straggler="arrival")
+            assert len(state.history) == keep
+        assert library_communicators(state, exclude=(c, comm)) == expected_communicators(state)
     finally:
         c.Free()
+
+
+def library_communicators(state, exclude=(), depth=4):
+    """The Fortran handles of every live MPI communicator reachable from ``state`` through
+    attributes, lists, tuples, dicts and deques (``exclude``: the caller's)."""
+    mine = {x.py2f() for x in exclude}
+    found, seen = set(), set()
+
+    def walk(obj, left):
+        if id(obj) in seen or left < 0 or isinstance(obj, (str, bytes, np.ndarray, type)):
+            return
+        seen.add(id(obj))
+        if isinstance(obj, MPI.Comm):
+            if obj != MPI.COMM_NULL and obj.py2f() not in mine:
+                found.add(obj.py2f())
+            return
+        if isinstance(obj, dict):
+            items = list(obj.values())
+        elif isinstance(obj, (list, tuple, set, frozenset, deque)):
+            items = list(obj)
+        else:
+            items = list(getattr(obj, "__dict__", {}).values())
+        for item in items:
+            walk(item, left - 1)
+
+    walk(state, depth)
+    return found
+
+
+def expected_communicators(state):
+    """What a user communicator costs the library: its private duplicate and, from 2 ranks,
+    the arrival tables' duplicate; no sub-communicator of the early ranks, no node one."""
+    made = {state._private.py2f()}
+    if state._arrivals is not None:
+        made.add(state._arrivals.comm.py2f())
+    return made
 
 
 def test_every_straggler_runs_on_the_private_duplicate_alone(comm):
@@ -195,7 +240,7 @@ def test_every_straggler_runs_on_the_private_duplicate_alone(comm):
                 assert np.array_equal(recv, sum(np.arange(7.0) * (r + 1) + it for r in range(n)))
                 assert stats(c)["last"]["straggler"] == (late if n > 1 else None)
         state = state_of(c)
-        assert not hasattr(state, "early_comms") and not hasattr(state, "node_comm")
+        assert library_communicators(state, exclude=(c, comm)) == expected_communicators(state)
     finally:
         c.Free()
 

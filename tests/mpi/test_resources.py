@@ -1,6 +1,6 @@
 """MPI resources stay bounded: many communicators, each used every way, all correct.
 
-Each user communicator costs a fixed few MPI communicators (README: "MPI resources"),
+Each user communicator costs a fixed few MPI communicators (docs/ARCHITECTURE.md: "MPI resources"),
 whatever the stragglers and however many calls; MPICH has about 2048 context ids per
 process, and used to run out at the 121st communicator used with Iallreduce."""
 import os

@@ -6,7 +6,7 @@ import pytest
 from stragglar_mpi import configure
 from stragglar_mpi.core import config as _config
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+SETTINGS_DOC = Path(__file__).resolve().parents[2] / "docs" / "SETTINGS.md"
 
 
 def test_defaults():
@@ -97,8 +97,8 @@ def test_a_bad_algorithm_argument_names_the_choices():
         _config.algorithm("fastest")
 
 
-def test_the_readme_table_is_the_knob_list():
-    assert _config.table() in README.read_text()
+def test_the_settings_table_is_the_knob_list():
+    assert _config.table() in SETTINGS_DOC.read_text()
 
 
 def test_configure_returns_frozen_settings_with_a_new_epoch():
