@@ -422,7 +422,10 @@ def test_sbatch_script_as_shipped(box, name, nodes):
         else:
             assert sections[-1] == "== done", sections
             assert "GPU buffers: skipped" in out, sections
-            assert "same loss: max |loss difference| over all steps = 0.00e+00" in out, out[-TAIL:]
+            # float32 sums in another order than MPICH's (8 ranks): equal up to rounding
+            loss = re.search(r"same loss: max \|loss difference\| over all steps = ([0-9.e+-]+) "
+                             r"\(first loss ([0-9.e+-]+)\)", out)
+            assert loss and float(loss.group(1)) <= 1e-5 * float(loss.group(2)), out[-TAIL:]
             rows = []
             if name == "multi_node":
                 assert out.count("result correct") == 3, out[-TAIL:]
