@@ -33,6 +33,7 @@ from mpi4py import MPI
 from ..core import config as _config
 from ..core.lifetime import PROCESS, REPORT
 from ..core.state import peek
+from ..decide.tuning import candidates
 from ..schedule.algorithms import STRAGGLER_AWARE
 from ..schedule.tiers import costs
 from ..schedule.units import format_size
@@ -94,14 +95,17 @@ def _pricing(log, n):
         what = (f"the links measured at setup: inside a node alpha {figures[0]:g} s, bandwidth "
                 f"{figures[1]:g} B/s; between nodes alpha {figures[2]:g} s, bandwidth {figures[3]:g} B/s")
         lanes = min(len(node) for node in topology.nodes)
-        return (lambda nbytes: _best_synchronous(costs(m, k, nbytes, *figures, lanes))), what
+        return (lambda nbytes: _best_synchronous(costs(m, k, nbytes, *figures, lanes), True)), what
     alpha, bandwidth = _config.current().model[:2]       # a five-value model: its first tier
     what = f"STRAGGLAR_MODEL: alpha {alpha:g} s, bandwidth {bandwidth:g} B/s"
-    return (lambda nbytes: _best_synchronous(costs(1, n, nbytes, alpha, bandwidth, alpha, bandwidth))), what
+    return (lambda nbytes: _best_synchronous(costs(1, n, nbytes, alpha, bandwidth, alpha, bandwidth),
+                                             False)), what
 
 
-def _best_synchronous(model):
-    return min(model[name].post_arrival for name in ("ring", "rhd", "hring") if name in model)
+def _best_synchronous(model, spans_nodes):
+    # The candidates auto measures (decide/tuning.py), so that "saved" is priced against
+    # the set auto chooses from; native is priced as the model prices it.
+    return min(model[name].post_arrival for name in candidates(spans_nodes) if name in model)
 
 
 def render(log, n, label) -> str:
