@@ -72,6 +72,7 @@ class Sequence:
         self.tracked_seq = None           # arrival-table number of the last tracked call
         self.log = None                   # what tracked calls ran, for the report (blocking calls)
         self._table = None                # this sequence's arrival table, made at its first use
+        self._entered = (None, {})        # (tracked call, {rank: entry}) for check_given_up
         self._scratch = np.empty(0, dtype=np.uint8)
 
     # What the communicator's setup made (the same for every sequence).
@@ -154,7 +155,7 @@ class Sequence:
         clocks' offsets); after a failure, a rank near its deadline counts too.  The
         communicator is then unusable, as after any timeout."""
         timeout = _config.current().timeout
-        table, (seq, entered) = self.arrivals(), getattr(self, "_entered", (None, {}))
+        table, (seq, entered) = self.arrivals(), self._entered
         if not timeout or table is None or seq is None or seq != self.tracked_seq:
             return
         margin = GIVEN_UP_MARGIN if before else -GIVEN_UP_MARGIN

@@ -15,6 +15,7 @@ import pytest
 import torch
 import torch.distributed as dist
 from mpi4py import MPI
+from mpi.test_reliability import env      # settings for a block, on every rank
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
@@ -206,19 +207,6 @@ def test_a_world_that_differs_from_the_process_group_is_refused():
 TIMEOUT, LATE, LATE_RANK = 1.0, 3.0, 2
 
 
-@contextlib.contextmanager
-def settings(**values):
-    old = {k: os.environ.get(k) for k in values}
-    os.environ.update({k: str(v) for k, v in values.items()})
-    configure()
-    try:
-        yield
-    finally:
-        for k, v in old.items():
-            os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
-        configure()
-
-
 @pytest.mark.timeouts
 @pytest.mark.parametrize("straggler", [3, "arrival"])
 def test_a_missing_rank_is_named_through_the_future_on_every_rank(straggler):
@@ -229,7 +217,7 @@ def test_a_missing_rank_is_named_through_the_future_on_every_rank(straggler):
     ddp, state = model("stragglar")
     state.kwargs["straggler"] = straggler
     err = None
-    with settings(STRAGGLAR_TIMEOUT=TIMEOUT):
+    with env(STRAGGLAR_TIMEOUT=TIMEOUT):
         train(ddp, steps=1)                          # warm: the communicator's setup
         ddp.module.slow, ddp.module.delay = LATE_RANK, LATE
         world.Barrier()
