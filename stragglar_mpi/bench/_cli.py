@@ -139,7 +139,7 @@ def parser() -> argparse.ArgumentParser:
            "(MPIR_CVAR_ALLREDUCE_COMPOSITION=1: node reduce, roots' AllReduce, node bcast; "
            "=4: multi-leader), set through MPI_T for that call only (MPICH only)")
     a("--no-bound", action="store_true",
-      help="skip the lower bound (the straggler and a partner swap the whole buffer)")
+      help="skip the lower bound (one node: the straggler and a partner swap the whole buffer; across nodes: every node takes in the whole buffer, all at once)")
     a("--check", choices=("first", "all", "none"), default="first",
       help="which timed iterations are validated (receive buffer poisoned first, wrong elements counted)")
     a("--alpha", type=_non_negative, default=None,

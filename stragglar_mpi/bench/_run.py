@@ -9,6 +9,7 @@ from mpi4py import MPI
 
 from .. import Allreduce, stats
 from ..core import tags
+from ..decide.topology import discover
 from ..schedule import build
 from ..schedule.algorithms import CHOICES
 from ._data import POISON, count_wrong
@@ -31,6 +32,7 @@ class Context:
     offset: float               # this rank's clock minus rank 0's
     count: int = 0
     partners: dict = field(default_factory=dict)
+    nodes: tuple | None = None   # the ranks of each node (the bound across nodes), found at its first run
     roles: str = "given"         # "given": tell the library the late rank; else the policy name
 
     @property
@@ -118,12 +120,37 @@ def _library(ctx, variant, straggler):
 
 
 def _bound(ctx, variant, straggler):
-    """The straggler and its first StragglAR partner swap the whole buffer; the rest return."""
-    rank = ctx.comm.Get_rank()
+    """The least time after the arrival, run.  On one node the straggler and its first
+    StragglAR partner swap the whole buffer; the rest return.  Across nodes every node
+    takes in the whole buffer from the node before it while sending its own to the
+    next, all nodes at once, split over the lanes (local rank j to local rank j), once
+    every rank has arrived: the traffic every node's link must carry after the arrival
+    (schedule/tiers.py floor), on these links and CPUs."""
+    comm, rank = ctx.comm, ctx.comm.Get_rank()
+    if ctx.nodes is None:
+        topology, node_comm = discover(comm)
+        node_comm.Free()
+        ctx.nodes = topology.nodes
+    if len(ctx.nodes) > 1:
+        return _shift(ctx, rank)
     partner = partner_of(ctx, straggler)
     peer = partner if rank == straggler else straggler if rank == partner else None
     if peer is not None:
-        ctx.comm.Sendrecv(ctx.send, peer, tags.BENCH_BOUND, ctx.recv, peer, tags.BENCH_BOUND)
+        comm.Sendrecv(ctx.send, peer, tags.BENCH_BOUND, ctx.recv, peer, tags.BENCH_BOUND)
+
+
+def _shift(ctx, rank):
+    """Lane j of node v sends its 1/k of the buffer to lane j of node v+1 and takes in
+    lane j's of node v-1 (k: the smallest node's size; other ranks idle)."""
+    nodes, k = ctx.nodes, min(map(len, ctx.nodes))
+    v = next(i for i, node in enumerate(nodes) if rank in node)
+    j = nodes[v].index(rank)
+    ctx.comm.Barrier()      # after the arrival: the late rank's node has nothing before it
+    if j >= k:
+        return
+    lo, hi = ctx.count * j // k, ctx.count * (j + 1) // k
+    ctx.comm.Sendrecv(ctx.send[lo:hi], nodes[(v + 1) % len(nodes)][j], tags.BENCH_BOUND,
+                      ctx.recv[lo:hi], nodes[v - 1][j], tags.BENCH_BOUND)
 
 
 _CALLS = {"native": _native, "native2": _native, "bound": _bound,

@@ -66,6 +66,19 @@ def auto_algorithm(history, n, nbytes, tiers=None):
     return "stragglar" if after_arrival * margin < model["native"].post_arrival else "native"
 
 
+def priced(history, n, nbytes, tiers=None) -> dict:
+    """name -> the model's seconds after the last arrival for this call (the expected
+    delay hides what it can of each algorithm's phase 1): what ``auto`` needs not
+    measure where the margin is wide (decide/tuning.py)."""
+    gap = expected_gap(history) if history else 0.0
+    if tiers is not None:
+        model = _two_tier_model(nbytes, *tiers)
+    else:
+        alpha, bandwidth = _config.model()[:2]
+        model = flat(n, nbytes, alpha, bandwidth)
+    return {name: cost.after(gap) for name, cost in model.items()}
+
+
 def _two_tier_model(nbytes, topology, links):
     m, k = len(topology.nodes), max(len(node) for node in topology.nodes)
     return costs(m, k, nbytes, links.alpha_intra, links.bandwidth_intra,

@@ -88,7 +88,7 @@ def roles(seq, name, policy, nbytes, n, tracked=False, deadline=0.0):
     if not (needs_roles or (tracked and n > 1)):
         return name, (policy if has_roles(name) else None)
     if name == "auto" and not tracked and not sampled(seq, n, nbytes):
-        return _tuning.choose(seq, synchronous_algorithm(nbytes, seq.tiers()), nbytes), None
+        return _tuning.choose(seq, synchronous_algorithm(nbytes, seq.tiers()), nbytes, n), None
     arrivals = seq.arrivals()
     if (yield from arrivals.arrive(deadline)) is None:
         raise Pending((), "the arrival notices of the previous call")
@@ -123,7 +123,7 @@ def settle(seq, deadline=0.0):
 
 def _choose(seq, arrivals, name, policy, nbytes, n, deadline):
     if name == "auto":
-        name = _tuning.choose(seq, auto_algorithm(seq.history, n, nbytes, seq.tiers()), nbytes)
+        name = _tuning.choose(seq, auto_algorithm(seq.history, n, nbytes, seq.tiers()), nbytes, n)
     if not has_roles(name):
         return name, None
     if policy == "predict":

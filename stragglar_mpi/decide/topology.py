@@ -55,26 +55,40 @@ def discover(comm):
     return Topology(nodes, node_of), node
 
 
-def measure(comm, topology, small=8, large=1 << 20, reps=3):
-    """Links measured by ping-pong: local ranks 0 and 1 of the first node that has two,
-    and the first ranks of nodes 0 and 1.  The figures are shared by an allreduce,
-    so every rank holds the same ones.  Collective."""
+def measure(comm, topology, small=8, large=1 << 20, lane=2 << 20, reps=3, bulk_reps=3):
+    """Links measured by ping-pong: local ranks 0 and 1 of the first node that has two
+    (inside a node), and between nodes 0 and 1 every lane at once (local rank j of
+    one with local rank j of the other, ``lane`` bytes each): a node's ranks share its
+    link(s) to the others, as hring's and hierarchical's lanes do, so the figure is a
+    lane's bandwidth while every lane is busy: with one NIC per node, the link's rate
+    over the lanes; with one NIC per rank, a NIC's (a link's burst, e.g. a token
+    bucket's, is a small part of ``lane`` times the lanes).  The latency between nodes
+    is one pair's.  The figures are shared by an allreduce, so every rank holds the same ones.
+    Collective."""
     rank = comm.Get_rank()
-    figures = np.zeros(4)
-    pairs = [(0, _intra_pair(topology)), (2, _inter_pair(topology))]
-    for slot, pair in pairs:
-        if pair is not None and rank in pair:
-            peer = pair[1] if rank == pair[0] else pair[0]
-            figures[slot:slot + 2] = _pingpong(comm, peer, rank == pair[0], small, large, reps)
-        comm.Barrier()
-    shared = np.empty(4)
-    wait([comm.Iallreduce(figures, shared, MPI.MAX)])
-    a1, b1, a2, b2 = shared.tolist()
+    figures = np.zeros(3)
+    intra = _intra_pair(topology)
+    if intra is not None and rank in intra:
+        figures[0:2] = _pingpong(comm, _other(intra, rank), rank == intra[0], small, large, reps)
+    comm.Barrier()
+    lanes = _lanes(topology)
+    if lanes and rank in lanes[0]:
+        figures[2] = _best_trip(comm, _other(lanes[0], rank), rank == lanes[0][0], small, reps)
+    trips = _bulk(comm, lanes, lane, bulk_reps) if lanes else np.zeros(0)
+    shared = np.empty(3 + len(trips))
+    wait([comm.Iallreduce(np.concatenate([figures, trips]), shared, MPI.MAX)])
+    a1, b1, a2 = shared[:3].tolist()
+    if lanes:       # the slowest rank's times, their median; the first one warms the path
+        b2 = lane / max(float(np.median(shared[4:])) - a2, 1e-9)
+    else:
+        a2, b2 = a1, b1
     if not b1:
         a1, b1 = a2, b2
-    if not b2:
-        a2, b2 = a1, b1
     return Links(a1, b1, a2, b2)
+
+
+def _other(pair, rank):
+    return pair[1] if rank == pair[0] else pair[0]
 
 
 def _intra_pair(topology):
@@ -82,25 +96,52 @@ def _intra_pair(topology):
     return None if node is None else (node[0], node[1])
 
 
-def _inter_pair(topology):
-    return None if len(topology.nodes) < 2 else (topology.nodes[0][0], topology.nodes[1][0])
+def _lanes(topology):
+    """Between nodes 0 and 1: (local rank j of node 0, local rank j of node 1) for each lane."""
+    if len(topology.nodes) < 2:
+        return ()
+    return tuple(zip(topology.nodes[0], topology.nodes[1]))
+
+
+def _bulk(comm, lanes, nbytes, reps):
+    """Seconds for every lane at once to move ``nbytes`` from node 0 to node 1, each time
+    between two Barriers of every rank (one way: a lane that finished early must not
+    send its answer while the others still send), ``reps + 1`` times.  Collective."""
+    rank = comm.Get_rank()
+    pair = next((p for p in lanes if rank in p), None)
+    buf = np.zeros(nbytes if pair else 0, np.uint8)
+    trips = np.zeros(reps + 1)
+    for i in range(reps + 1):
+        comm.Barrier()
+        t0 = MPI.Wtime()
+        if pair is not None:
+            call = comm.Isend if rank == pair[0] else comm.Irecv
+            wait([call(buf, _other(pair, rank), tags.PING)])
+        comm.Barrier()
+        trips[i] = MPI.Wtime() - t0
+    return trips
+
+
+def _trip(comm, peer, first, buf):
+    """One round trip of ``buf`` with ``peer`` (``first`` sends first): half its seconds."""
+    t0 = MPI.Wtime()
+    if first:
+        wait([comm.Isend(buf, peer, tags.PING)])
+        wait([comm.Irecv(buf, peer, tags.PING)])
+    else:
+        wait([comm.Irecv(buf, peer, tags.PING)])
+        wait([comm.Isend(buf, peer, tags.PING)])
+    return (MPI.Wtime() - t0) / 2
+
+
+def _best_trip(comm, peer, first, nbytes, reps):
+    """The best half round trip of ``nbytes`` over ``reps`` (after one to warm the path)."""
+    buf = np.zeros(nbytes, np.uint8)
+    return min(_trip(comm, peer, first, buf) for _ in range(reps + 1))
 
 
 def _pingpong(comm, peer, first, small, large, reps):
     """(alpha s, bandwidth B/s) from the best of ``reps`` round trips at two sizes."""
-    times = []
-    for nbytes in (small, large):
-        buf = np.zeros(nbytes, np.uint8)
-        best = float("inf")
-        for _ in range(reps + 1):      # the first round trip warms up the path
-            t0 = MPI.Wtime()
-            if first:
-                wait([comm.Isend(buf, peer, tags.PING)])
-                wait([comm.Irecv(buf, peer, tags.PING)])
-            else:
-                wait([comm.Irecv(buf, peer, tags.PING)])
-                wait([comm.Isend(buf, peer, tags.PING)])
-            best = min(best, (MPI.Wtime() - t0) / 2)
-        times.append(best)
-    alpha = times[0]
-    return alpha, (large - small) / max(times[1] - alpha, 1e-9)
+    alpha = _best_trip(comm, peer, first, small, reps)
+    bulk = _best_trip(comm, peer, first, large, reps)
+    return alpha, (large - small) / max(bulk - alpha, bulk / 2)   # a noisy alpha is no bandwidth

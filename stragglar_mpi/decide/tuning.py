@@ -44,6 +44,13 @@ How, per size class (a power of two of bytes) and situation:
   SLOWER times the fastest sits out every other round: it costs the most to time and
   is the least likely to have become the fastest.
 
+Which candidates a class times: those the model (policy.priced, with the links measured
+at setup) prices within WIDE times the cheapest of them; the model's choice always.  A
+candidate the model rules out by that much costs the most to time and is the least
+likely to win (on the box's hosts MPICH's own AllReduce took 2-6x hierarchical after
+the arrival): a job with a persistent straggler then pays little for its first calls.
+An algorithm the model cannot price is timed.
+
 Whether a straggler is late enough to try a straggler-aware algorithm at all stays the
 model's decision on the arrival history (policy.py), and so does who plays the straggler.
 """
@@ -61,7 +68,7 @@ from ..core.errors import Pending
 from ..core.steps import Wait
 from ..core.lifetime import PROCESS
 from ..schedule.algorithms import TABLE, has_roles
-from .policy import expected_gap
+from .policy import expected_gap, priced
 
 FIRST_TRIALS = 2      # timed runs of each candidate in a class's first round (later: one)
 CLOSE = 1.5           # candidates within this factor of the fastest get a second pass...
@@ -69,6 +76,7 @@ CLOSE_RUNS = 3        # ...of this many runs each
 RECHECK_FIRST = 32    # calls of a size class from the end of its first round to the next
 RECHECK_LAST = 1024   # the gap doubles up to this
 SLOWER = 2.0          # a candidate this much slower than the fastest sits out every other round
+WIDE = 2.5            # a candidate the model prices this much above the cheapest is not timed
 GROWTH = 2.0          # a straggler delay this much longer than at the last round: measure again
 SYNCHRONOUS = "synchronous"   # the situation of calls whose model choice is synchronous
 
@@ -87,6 +95,16 @@ def candidates(spans_nodes: bool) -> tuple:
 def size_class(nbytes: int) -> int:
     """Calls of ``2**k`` to ``2**(k+1) - 1`` bytes share class k."""
     return max(int(nbytes), 1).bit_length() - 1
+
+
+def within_margin(names: tuple, prices: dict, keep: str) -> tuple:
+    """``names`` less those the model prices over WIDE times the cheapest of them
+    (``keep``, the model's choice, and one it does not price always stay)."""
+    known = [prices[a] for a in names if a in prices]
+    if not known:
+        return names
+    least = min(known)
+    return tuple(a for a in names if a == keep or a not in prices or prices[a] <= WIDE * least)
 
 
 def trial_order(names: tuple, first: str, trials: int = FIRST_TRIALS) -> tuple:
@@ -169,16 +187,18 @@ class Tuner:
         self.agreeing = None          # this rank's marks of a finished pass, to agree on
         self._pass = None             # the SizeClass whose pass they are
 
-    def choose(self, model_choice: str, nbytes: int, delay: float = 0.0) -> str:
+    def choose(self, model_choice: str, nbytes: int, delay: float = 0.0, prices=None) -> str:
         """What this call runs: the next run of a round under way or due, else the measured
         choice (the model's before any round finished).  The situation is the model's
         choice: synchronous, or a straggler-aware one (then it is a candidate too);
-        ``delay``: the straggler delay the model expects (seconds)."""
+        ``delay``: the straggler delay the model expects (seconds); ``prices``: called
+        at a class's first call, the model's seconds per algorithm (``within_margin``)."""
         aware = has_roles(model_choice)
         key = (size_class(nbytes), model_choice if aware else SYNCHRONOUS)
         cls = self.classes.get(key)
         if cls is None:
-            cls = self.classes[key] = SizeClass(((model_choice,) if aware else ()) + self.names)
+            names = ((model_choice,) if aware else ()) + self.names
+            cls = self.classes[key] = SizeClass(within_margin(names, prices() if prices else {}, model_choice))
         cls.calls += 1
         cls.latest = delay if aware else 0.0
         if cls.due(cls.latest):
@@ -243,7 +263,7 @@ def setup(state) -> None:
     state.tuning = Tuner(candidates(not state.topology.flat), state.arrivals().now)
 
 
-def choose(seq, model_choice: str, nbytes: int) -> str:
+def choose(seq, model_choice: str, nbytes: int, n: int) -> str:
     """What an ``auto`` call runs, given the cost model's choice (that choice itself when
     the sequence has no tuner, or with STRAGGLAR_AUTO_MEASURE=0).  Only the blocking
     calls measure: a nonblocking operation's lane has no tuner (its agreement would be
@@ -251,7 +271,8 @@ def choose(seq, model_choice: str, nbytes: int) -> str:
     tuner = getattr(seq, "tuning", None)
     if tuner is None or not _config.current().auto_measure:
         return model_choice
-    return tuner.choose(model_choice, nbytes, expected_gap(seq.history))
+    prices = lambda: priced(seq.history, n, nbytes, seq.tiers())  # noqa: E731
+    return tuner.choose(model_choice, nbytes, expected_gap(seq.history), prices)
 
 
 def picked(seq):

@@ -27,8 +27,10 @@ drains it.  Phase 1: round r of the staggered ReduceScatter inside the nodes car
 x_r = #{o in 1..k-1 : 0 <= r-o+1 < W} pieces on a rank's link (the senders join one
 by one), and from round k-1 on the lanes reduce a piece across.
 W is chosen by ``pieces`` (the post-arrival minimum; never pieces under MIN_PIECE).
-The floor after the arrival: max(s/(b1 + b2), (1 - 1/m) s/(k b2)) (S must send s
-bytes over its two ports; each node's k NICs must take in the buffer).
+The floor after the arrival: max(s/(b1 + b2), s/(k b2)) (S must send s bytes over
+its two ports; every other node must take in s bytes, the reductions of S's new
+data, over its k lanes; b2 is a lane's bandwidth while all are busy, so one link per
+node shared by its k ranks is k b2: topology.measure).
 
 Flat algorithms are priced at the slower tier: with nodes in any layout some message
 of nearly every step crosses nodes, and a step ends with its slowest message.  The
@@ -62,7 +64,7 @@ def _log2(x: int) -> int:
 
 def floor(m: int, k: int, s: float, b1: float, b2: float) -> float:
     """No schedule can finish sooner after the arrival (see the module docstring)."""
-    return max(s / (b1 + b2), (1 - 1 / m) * s / (k * b2))
+    return max(s / (b1 + b2), s / (k * b2)) if m > 1 else s / (b1 + b2)
 
 
 @lru_cache(maxsize=1024)

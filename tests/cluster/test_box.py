@@ -357,6 +357,47 @@ def test_packet_loss_reordering_jitter(box, loss):
         sh(BOX, "shape", "n2", "clear")
 
 
+def test_shaped_links_measured_and_priced(box, tmp_path):
+    """One link per host at 1 Gbit/s (tbf on n1 and n2, 2 ranks each): the bench across the two
+    hosts names both in its header; the link figure the library measured at setup (a lane's
+    bandwidth while every lane is busy) times the lanes is the link's rate; the model and
+    floor columns are numbers in every row; the measured floor (``bound``: every host takes
+    in the whole buffer at once) is no faster than the link allows; 0 wrong.  Then auto over
+    its first calls with a persistent straggler (tests/perf/auto_first_calls.py) never times
+    rhd or native, which the model prices at 3x hring here (decide/tuning.py ``WIDE``)."""
+    rate = 125e6                                   # 1 Gbit/s in bytes/s
+    for host in ("n1", "n2"):
+        sh(BOX, "shape", host, "rate=1gbit")
+    try:
+        out = tmp_path / "bench.json"
+        rc, text = hydra("n1:2,n2:2", 4, [PY, "-m", "stragglar_mpi.bench", "-b", "4M", "-e", "4M", "-n", "3",
+                                          "-w", "1", "--delay", "300", "-a", "native,hring,hierarchical,auto",
+                                          "--json", str(out)])
+        assert rc == 0, text[-TAIL:]
+        header = next(ln for ln in text.splitlines() if ln.startswith("# stragglar_mpi.bench"))
+        assert "4 ranks on 2 hosts: n1 (2), n2 (2)" in header, header
+        data = json.loads(out.read_text())
+        tiers = data["config"]["tiers"]
+        link = tiers["bandwidth_inter_GBps"] * 1e9 * tiers["smallest"]
+        print(f"measured link {link / 1e6:.0f} MB/s (tbf {rate / 1e6:.0f} MB/s)")
+        assert 0.6 * rate < link < 1.5 * rate, tiers
+        rows = {r["algorithm"]: r for r in data["results"]}
+        for name, r in rows.items():
+            assert r["model"] == r["model"] and r["model"] > 0 and r["floor"] > 0, (name, r)
+            assert r.get("wrong") in (0, None), (name, r)
+        assert rows["bound"]["post_arrival"]["median"] >= 0.8 * (4 << 20) / rate, rows["bound"]
+        rc, text = hydra("n1:2,n2:2", 4, [PY, str(ROOT / "tests" / "perf" / "auto_first_calls.py"), "--size",
+                                          "4MiB", "--calls", "12", "--tail", "4", "--delay-ms", "300",
+                                          "-a", "hierarchical"])
+        assert rc == 0, text[-TAIL:]
+        ran = next(ln for ln in text.splitlines() if ln.startswith("auto ran: ")).split()[2:]
+        print("auto ran:", " ".join(ran))
+        assert len(ran) == 12 and not {"native", "rhd"} & set(ran), ran
+    finally:
+        for host in ("n1", "n2"):
+            sh(BOX, "shape", host, "clear")
+
+
 @pytest.mark.skipif(not FAKETIME, reason="libfaketime is not installed (apt-get install faketime)")
 def test_clock_ahead_on_one_host(box):
     """n2's ranks see a clock 3 s ahead (libfaketime): every result right, arrival names the late rank."""

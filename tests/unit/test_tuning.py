@@ -26,11 +26,12 @@ class Ranks:
         self.marks = {}         # pass under way -> every rank's (entry, exit) of its runs
         self.runs = {}          # candidate -> how many times it ran (for ``seconds`` lists)
 
-    def call(self, nbytes, seconds, model_choice="hring", skew=lambda rank: 0.0, t0=0.0, delay=0.0):
+    def call(self, nbytes, seconds, model_choice="hring", skew=lambda rank: 0.0, t0=0.0, delay=0.0,
+             prices=None):
         """One call on every rank: the same choice everywhere (asserted); a timed run takes
         ``seconds[name]`` (or its next value, for a list) from the last entry, each rank
         entering ``skew(rank)`` late."""
-        picks = [t.choose(model_choice, nbytes, delay) for t in self.tuners]
+        picks = [t.choose(model_choice, nbytes, delay, prices) for t in self.tuners]
         assert len(set(picks)) == 1, picks
         name = picks[0]
         cls = self.tuners[0].timing
@@ -292,5 +293,32 @@ class _Arrivals:
 
 def test_without_a_tuner_the_model_choice_stands():
     state = SimpleNamespace(tuning=None)            # a nonblocking lane: no tuner
-    assert _tuning.choose(state, "hring", 64 * MiB) == "hring"
+    assert _tuning.choose(state, "hring", 64 * MiB, 8) == "hring"
     assert _tuning.picked(state) == (False, None)
+
+
+def test_the_model_rules_out_what_it_prices_wide_of_the_cheapest():
+    """A candidate the model prices over WIDE times the cheapest is never timed; the
+    model's choice is timed whatever its price, and one without a price is timed."""
+    prices = {"hierarchical": 0.10, "hring": 0.14, "rhd": 0.40, "native": 0.26}
+    ranks = Ranks(3)
+    ran = set()
+    seconds = {"hierarchical": 0.1, "hring": 0.15, "rhd": 0.5, "native": 0.3}
+    for _ in range(40):
+        ran.add(ranks.call(16 * MiB, seconds, "hierarchical", prices=lambda: prices))
+    assert ran == {"hierarchical", "hring"}
+    assert _tuning.within_margin(("hring", "rhd", "native"), {"hring": 1.0, "rhd": 9.0}, "rhd") == \
+        ("hring", "rhd", "native")
+    assert _tuning.within_margin(("hring", "rhd"), {}, "hring") == ("hring", "rhd")
+
+
+def test_pruning_keeps_the_first_calls_cheap():
+    """Over a job's first 50 calls with a persistent straggler, measuring costs little
+    over running the fastest alone when the model rules out the slow candidates."""
+    prices = {"hierarchical": 0.10, "hring": 0.14, "rhd": 0.40, "native": 0.30}
+    seconds = {"hierarchical": 0.1, "hring": 0.15, "rhd": 0.45, "native": 0.5}
+    pruned, every = Ranks(2), Ranks(2)
+    total = lambda ranks, p: sum(seconds[ranks.call(16 * MiB, seconds, "hierarchical", prices=p)]  # noqa: E731
+                                 for _ in range(50))
+    cheap, dear = total(pruned, lambda: prices), total(every, None)
+    assert cheap <= 1.1 * 50 * 0.1 < dear
