@@ -9,9 +9,10 @@ Per size, every algorithm runs the same iterations (interleaved, so noise hits
 all of them alike): a barrier, the straggler sleeps ``--delay`` then calls,
 every other rank calls at once.  Post-arrival latency runs from the
 straggler's call to the last rank's return, on clocks aligned to rank 0.  The
-"bound" row is one pairwise exchange of the whole buffer between the
-straggler and one partner after the delay: its data must leave it and the
-result must come back, so no AllReduce can finish sooner.
+"bound" row on one node is one pairwise exchange of the whole buffer between
+the straggler and one partner after the delay: its data must leave it and the
+result must come back, so no AllReduce can finish sooner.  Across nodes it is
+every node taking in the whole buffer at once, after the arrival (``_run._bound``).
 """
 from ._cli import main
 

@@ -177,7 +177,7 @@ def _simulate_tiers(args) -> int:
           f"bandwidth={args.bandwidth:.4g} B/s; between alpha={a2:g} s bandwidth={b2:.4g} B/s")
     print("times in ms, simulated (a rank's link inside its node and its NIC are separate ports);"
           " hring = hierarchical ring (closed form, = its simulated schedule); floor = "
-          "max(s/(b1+b2), (1-1/m) s/(k b2)); W = pieces per slice (the model's choice)")
+          "max(s/(b1+b2), s/(k b2)); W = pieces per slice (the model's choice)")
     rows = []
     for n in args.n:
         m = n // k
