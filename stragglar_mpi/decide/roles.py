@@ -123,7 +123,8 @@ def settle(seq, deadline=0.0):
 
 def _choose(seq, arrivals, name, policy, nbytes, n, deadline):
     if name == "auto":
-        name = _tuning.choose(seq, auto_algorithm(seq.history, n, nbytes, seq.tiers()), nbytes, n)
+        model = auto_algorithm(seq.history, n, nbytes, seq.tiers(), _tuning.measures(seq))
+        name = _tuning.choose(seq, model, nbytes, n)
     if not has_roles(name):
         return name, None
     if policy == "predict":
@@ -148,9 +149,9 @@ def sampled(seq, n, nbytes):
     """
     seq.auto_calls += 1
     calls, history = seq.auto_calls, seq.history
-    tiers = seq.tiers()
-    if not history or (auto_algorithm([history[-1]], n, nbytes, tiers) not in SYNCHRONOUS
-                       or auto_algorithm(history, n, nbytes, tiers) not in SYNCHRONOUS):
+    tiers, measured = seq.tiers(), _tuning.measures(seq)
+    if not history or (auto_algorithm([history[-1]], n, nbytes, tiers, measured) not in SYNCHRONOUS
+                       or auto_algorithm(history, n, nbytes, tiers, measured) not in SYNCHRONOUS):
         seq.next_pair, seq.pair_gap = calls + SAMPLE_FIRST, SAMPLE_FIRST
         return True
     if calls == seq.next_pair + 1:

@@ -263,14 +263,20 @@ def setup(state) -> None:
     state.tuning = Tuner(candidates(not state.topology.flat), state.arrivals().now)
 
 
+def measures(seq) -> bool:
+    """Whether ``auto``'s calls on ``seq`` time their candidates (blocking calls, unless
+    STRAGGLAR_AUTO_MEASURE=0)."""
+    return getattr(seq, "tuning", None) is not None and _config.current().auto_measure
+
+
 def choose(seq, model_choice: str, nbytes: int, n: int) -> str:
     """What an ``auto`` call runs, given the cost model's choice (that choice itself when
     the sequence has no tuner, or with STRAGGLAR_AUTO_MEASURE=0).  Only the blocking
     calls measure: a nonblocking operation's lane has no tuner (its agreement would be
     a collective outside its turn), so it runs the model's choice."""
-    tuner = getattr(seq, "tuning", None)
-    if tuner is None or not _config.current().auto_measure:
+    if not measures(seq):
         return model_choice
+    tuner = seq.tuning
     prices = lambda: priced(seq.history, n, nbytes, seq.tiers())  # noqa: E731
     return tuner.choose(model_choice, nbytes, expected_gap(seq.history), prices)
 

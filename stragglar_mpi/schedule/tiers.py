@@ -43,8 +43,13 @@ from functools import lru_cache
 
 __all__ = ["Cost", "costs", "flat", "floor", "hierarchical_cost", "pieces"]
 
-#: Pieces are never cut smaller than this many bytes (small buffers stay one piece).
-MIN_PIECE = 256 << 10
+#: Pieces are never cut smaller than this many bytes (small buffers stay one piece).  Every
+#: piece is a round of every lane, and a round costs more than a message's latency where
+#: a node's CPUs are busy: 4 hosts of 2 ranks at 1 Gbit/s a host (tests/cluster/box, 2
+#: shared cores), 16 MiB took 188-196 ms after the arrival with 16 pieces of 1 MiB, 216
+#: with 8, 224-292 with 32 and 53 (256 KiB, the model's choice without this floor);
+#: docs/LINKS.md.
+MIN_PIECE = 1 << 20
 MAX_PIECES = 64
 
 

@@ -289,6 +289,28 @@ def test_auto_across_nodes_follows_the_two_tier_model(monkeypatch):
     assert auto_algorithm(late_, 8, 16 << 20, (alone, links)) == "stragglar"   # S alone on its node
 
 
+def test_a_measured_auto_tries_a_straggler_aware_choice_within_the_margin(monkeypatch):
+    """Where the model prices hierarchical level with hring (one link per host: 2 hosts of
+    4 sharing 1 Gbit/s each), the unmeasured choice keeps hring (it must win by the margin)
+    and the measured one takes hierarchical into its round (it need only come within it);
+    nobody late, both keep hring."""
+    from stragglar_mpi.decide.arrival import Arrival
+    from stragglar_mpi.decide.policy import _two_tier_model, auto_algorithm
+    from stragglar_mpi.decide.topology import Links, Topology
+    monkeypatch.delenv("STRAGGLAR_MODEL", raising=False)
+    nodes = ((0, 1, 2, 3), (4, 5, 6, 7))
+    topo = Topology(nodes, tuple(node_of(nodes)[r] for r in range(8)))
+    links = Links(3e-5, 3.6e9, 5e-5, 125e6 / 4)
+    model = _two_tier_model(16 << 20, topo, links)
+    ratio = model["hierarchical"].post_arrival / model["hring"].post_arrival
+    assert 1 / 1.05 < ratio < 1.05, ratio            # level, as the box's 2x4 rows were priced
+    late_ = [Arrival(tuple(range(8)), (0.0,) * 7 + (1.0,))] * 4
+    prompt = [Arrival(tuple(range(8)), (0.0,) * 8)] * 4
+    assert auto_algorithm(late_, 8, 16 << 20, (topo, links)) == "hring"
+    assert auto_algorithm(late_, 8, 16 << 20, (topo, links), measured=True) == "hierarchical"
+    assert auto_algorithm(prompt, 8, 16 << 20, (topo, links), measured=True) == "hring"
+
+
 @pytest.mark.parametrize("nodes", [((0, 1, 2), (3, 4, 5), (6, 7)), ((0, 1, 2, 3, 4, 5, 6), (7,))])
 def test_hring_closed_form_on_unequal_nodes_counts_the_lanes(nodes):
     # Unequal nodes cross on the smallest node's lanes only: each carries s/lanes, which
