@@ -9,7 +9,7 @@
 
 The path after bind is one generator, ``steps``: a blocking call drives it in the
 caller's thread (core/steps.py ``drive``); a nonblocking one hands it to the progress
-thread (call/requests.py).  ``seq`` is the sequence the call runs in (core/state.py):
+thread (call/requests.py).  ``seq`` is the sequence the call runs in (core/sequences.py):
 the communicator's state for blocking calls, a lane for nonblocking ones.
 """
 from __future__ import annotations
@@ -21,8 +21,10 @@ from ..bind.validate import same_everywhere
 from ..core import config as _config
 from ..core.errors import Mismatch, Pending, StragglerTimeout
 from ..core.lifetime import PROCESS
-from ..core.state import KEYVAL, Turn, begin_setup, peek, setup_state
+from ..core.setup import begin_setup, setup_state
+from ..core.state import KEYVAL, peek
 from ..core.steps import drive
+from ..core.turns import Turn
 from ..decide import roles as _roles
 from ..decide import tuning as _tuning
 from ..memory.buffers import Message
@@ -66,7 +68,7 @@ def state_of(comm, deadline=0.0):
 
 def begin_state(comm, deadline=0.0, blocking=False):
     """The state for a nonblocking call: ``state_of``, but a new one's setup is started
-    at the call and finished by a thread of its own (core/state.py ``begin_setup``)."""
+    at the call and finished by a thread of its own (core/setup.py ``begin_setup``)."""
     return begin_setup(comm, deadline, _entry.Bindings if _entry else None, _roles.setup, blocking)
 
 

@@ -1,6 +1,6 @@
 """Every tag the library sends with, in one table.
 
-A communicator's calls run in *sequences* (core/state.py): its blocking calls, and
+A communicator's calls run in *sequences* (core/sequences.py): its blocking calls, and
 each lane of its nonblocking ones.  Calls of one sequence never overlap on a rank, so
 they share tags; two sequences may have calls in flight at once on the same private
 duplicate, so each has tags of its own:

@@ -7,7 +7,7 @@ GIL (cython_src/_interpreter.pyx ``serve``); it takes the GIL only to resume an
 operation whose step is over, which runs the operation's Python until its next step.
 So phase 1 and the plan progress while the caller's Python computes.
 
-Operations of one lane (core/state.py ``Lane``) run one at a time, in call order; the
+Operations of one lane (core/sequences.py ``Lane``) run one at a time, in call order; the
 lanes of a communicator, and different communicators, run at once.  The thread starts
 with the first operation and sleeps (blocked, no CPU) while there is none.
 """

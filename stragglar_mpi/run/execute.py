@@ -2,7 +2,7 @@
 
 ``execute`` is a generator (core/steps.py): it yields the plans' machines and the
 native call's wait to whoever drives the call.  ``seq`` is the call's sequence
-(core/state.py): its private duplicate, tags and scratch."""
+(core/sequences.py): its private duplicate, tags and scratch."""
 from __future__ import annotations
 
 from mpi4py import MPI
@@ -25,7 +25,7 @@ def execute(comm, seq, name, straggler, args, transport, deadline, turn, staging
     """Generator: phase 1 and the plan (or the native call) in the call's memory;
     returns (end of phase 1 or None, first receive or None).  Staged, they run in host
     memory.  ``turn``: when the call may issue a collective on the private duplicate
-    (core/state.py ``Turns``).  A message of the wrong size, or an MPI error, in a call
+    (core/turns.py ``Turns``).  A message of the wrong size, or an MPI error, in a call
     that the other ranks had given up (they timed out waiting for this rank; the
     messages are what their abandoned call left) raises ``Abandoned``, which says so."""
     try:
