@@ -1,6 +1,6 @@
 """The arguments of one ``Allreduce`` call, checked, and the decision they lead to.
 
-``check`` runs on a miss of the compiled entry (cython_src/_entry.pyx), which keeps
+``check`` runs on a miss of the compiled entry (call/_entry.pyx), which keeps
 the resulting ``Args`` (``unbound``) and binds them to the memory of every call
 that repeats those arguments (``rebound``).
 """

@@ -1,6 +1,6 @@
 """``Allreduce``: one call, one path: bind -> decide -> run -> record.
 
-- bind: the compiled entry (cython_src/_entry.pyx) reads the buffer specs and, on a hit,
+- bind: the compiled entry (call/_entry.pyx) reads the buffer specs and, on a hit,
   reuses an earlier call's checks; a miss comes here (``_call``) and runs them
   (bind/args.py), on every rank alike under STRAGGLAR_VALIDATE (bind/validate.py);
 - decide: algorithm and straggler, the same on every rank (decide/roles.py);

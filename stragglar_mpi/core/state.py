@@ -35,7 +35,7 @@ from .turns import Turns
 class State(Sequence):
     """One communicator's library state, and the sequence of its blocking calls.
     ``bindings``: the compiled entry's cache of earlier calls' checks
-    (cython_src/_entry.pyx), or None without the build."""
+    (call/_entry.pyx), or None without the build."""
 
     def __init__(self, bindings=None):
         super().__init__(self, 0)

@@ -10,7 +10,7 @@ which polls the steps of every operation in flight without the GIL.  Two kinds:
   which MPICH's shared-memory-plus-network matching does not always match) or a time
   to pass; it completes nothing: the code that waited then completes them (``Test``,
   ``Wait``, ``Mrecv``), so the driver never touches an mpi4py request behind its back;
-- a plan machine (run/transport.py, cython_src/_interpreter.pyx): a rank's plan.
+- a plan machine (run/transport.py, run/_interpreter.pyx): a rank's plan.
 
 Every step has ``run()``: wait for it here, test and yield; the outcome.
 """
