@@ -27,8 +27,8 @@ from ..core.steps import drive
 from ..core.turns import Turn
 from ..decide import roles as _roles
 from ..decide import tuning as _tuning
+from ..decide.algorithm import for_layout
 from ..memory.buffers import Message
-from ..run import hierarchical as _hierarchical
 from ..run import transport as _transport
 from ..run.execute import execute
 from .record import CallRecord, record
@@ -159,11 +159,7 @@ def _decide(seq, args, deadline):
     if name != "native" or deadline:
         name, straggler = yield from _roles.roles(seq, name, args.policy, args.out.count * args.out.extent,
                                                   args.n, tracked=bool(deadline), deadline=deadline)
-    if name == "hierarchical" and not _hierarchical.applies(seq.topology, straggler):
-        name = "stragglar"     # one node, a rank per node, S alone on its node: flat
-    if name == "hring" and not _hierarchical.hring_applies(seq.topology):
-        name = "ring"          # one node or a rank per node: the flat ring
-    return name, straggler, seq.tracked_seq != before
+    return for_layout(name, seq.topology, straggler), straggler, seq.tracked_seq != before
 
 
 def failed(seq, exc, timeout):

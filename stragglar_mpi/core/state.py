@@ -2,7 +2,7 @@
 
 Our messages travel on a private duplicate, so a user's point-to-point traffic on
 the same communicator is never matched by ours.  Phase 1 and phase 2 are plans run on
-that duplicate (run/phases.py), so the library makes no sub-communicator of the early
+that duplicate (run/programs.py), so the library makes no sub-communicator of the early
 ranks, nor of a node.  A user communicator costs two MPI communicators, whatever
 its calls: the private duplicate and the arrival tables' duplicate (the node
 communicator that finds the layout at setup is freed at once).
