@@ -37,12 +37,6 @@ class Args:
         out = _unbound(self.out)
         return self.rebound(None, None, out, out if self.in_place else _unbound(self.src))
 
-    def via(self, route):
-        """These arguments run through another memory route."""
-        moved = self.rebound(self.sendbuf, self.recvbuf, self.out, self.src)
-        moved.route = route
-        return moved
-
     def rebound(self, sendbuf, recvbuf, out, src):
         return Args(self.n, self.policy, sendbuf, recvbuf, self.op, self.in_place, out, src,
                     self.name, self.signature, self.native_from_c, self.route)
