@@ -1,6 +1,7 @@
-"""The arguments of one ``Allreduce`` call, checked, and the decision they lead to.
+"""The arguments of one ``Allreduce`` call, checked, and the algorithm they allow
+(decide/algorithm.py ``for_arguments``).
 
-``check`` runs on a miss of the compiled entry (cython_src/_entry.pyx), which keeps
+``check`` runs on a miss of the compiled entry (call/_entry.pyx), which keeps
 the resulting ``Args`` (``unbound``) and binds them to the memory of every call
 that repeats those arguments (``rebound``).
 """
@@ -10,9 +11,9 @@ import numpy as np
 from mpi4py import MPI
 
 from ..core import config as _config
-from ..core.features import PAIR_TYPES
 from ..memory import device as _device
 from ..memory.buffers import Message, messages
+from ..decide.algorithm import for_arguments
 from ..decide.policy import POLICIES
 
 
@@ -36,12 +37,6 @@ class Args:
         out = _unbound(self.out)
         return self.rebound(None, None, out, out if self.in_place else _unbound(self.src))
 
-    def via(self, route):
-        """These arguments run through another memory route."""
-        moved = self.rebound(self.sendbuf, self.recvbuf, self.out, self.src)
-        moved.route = route
-        return moved
-
     def rebound(self, sendbuf, recvbuf, out, src):
         return Args(self.n, self.policy, sendbuf, recvbuf, self.op, self.in_place, out, src,
                     self.name, self.signature, self.native_from_c, self.route)
@@ -57,7 +52,7 @@ def check(comm, sendbuf, recvbuf, op, straggler, algorithm, settings) -> Args:
     n = comm.Get_size()
     policy = check_straggler(straggler, n)
     in_place, src, out = messages(sendbuf, recvbuf, op)
-    name = decide(requested, n, out, op, settings)
+    name = for_arguments(requested, n, out, op, settings)
     reducible = bytes_as_unsigned_char(src, out, op, in_place)
     if out.datatype.is_predefined:     # the same error, whichever path runs (host or device)
         check_op(op, reducible[1].datatype)
@@ -84,17 +79,6 @@ def check_straggler(straggler, n):
     if not 0 <= straggler < n:
         raise ValueError(f"straggler {straggler} is not a rank of a communicator of size {n}")
     return int(straggler)
-
-
-def decide(name, n, out, op, settings=None):
-    """The algorithm that will run; every rank reaches the same answer from the same arguments."""
-    dt = out.datatype
-    if (n == 1 or out.count == 0 or out.address == 0 or not op.Is_commutative()
-            or dt.handle in PAIR_TYPES or not dt.is_predefined or dt.Get_size() != dt.Get_extent()[1]):
-        return "native"
-    if name == "auto" and out.count * dt.Get_size() < (settings or _config.current()).auto_min_bytes:
-        return "native"
-    return name
 
 
 def bytes_as_unsigned_char(src, out, op, in_place):

@@ -4,7 +4,7 @@ Whatever the check raises on one rank, that rank still takes part in the exchang
 no rank is left waiting, and every rank raises an error that names the ranks.
 ``same_everywhere`` is a generator (core/steps.py): its driver waits for the exchange.
 A blocking call without a deadline gathers with one collective on the private duplicate
-(in its turn: core/state.py ``Turn``); under a deadline, and in a nonblocking operation,
+(in its turn: core/turns.py ``Turn``); under a deadline, and in a nonblocking operation,
 the exchange is point to point with the call's sequence's tag, so that operations in
 flight never meet and a rank that does not come is named.
 """

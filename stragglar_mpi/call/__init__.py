@@ -3,6 +3,6 @@
 Knows: ``Allreduce`` (bind -> decide -> run -> record, ``allreduce``), the nonblocking and
 persistent requests (``requests``), ``Comm`` (``comm``), per-communicator counters
 (``record``) and the straggler report (``report``); its compiled part is the entry
-(cython_src/_entry.pyx).
+(call/_entry.pyx).
 Must not know: schedules' internals, memory backends' internals.
 """

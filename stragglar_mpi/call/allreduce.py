@@ -1,6 +1,6 @@
 """``Allreduce``: one call, one path: bind -> decide -> run -> record.
 
-- bind: the compiled entry (cython_src/_entry.pyx) reads the buffer specs and, on a hit,
+- bind: the compiled entry (call/_entry.pyx) reads the buffer specs and, on a hit,
   reuses an earlier call's checks; a miss comes here (``_call``) and runs them
   (bind/args.py), on every rank alike under STRAGGLAR_VALIDATE (bind/validate.py);
 - decide: algorithm and straggler, the same on every rank (decide/roles.py);
@@ -9,7 +9,7 @@
 
 The path after bind is one generator, ``steps``: a blocking call drives it in the
 caller's thread (core/steps.py ``drive``); a nonblocking one hands it to the progress
-thread (call/requests.py).  ``seq`` is the sequence the call runs in (core/state.py):
+thread (call/requests.py).  ``seq`` is the sequence the call runs in (core/sequences.py):
 the communicator's state for blocking calls, a lane for nonblocking ones.
 """
 from __future__ import annotations
@@ -21,12 +21,14 @@ from ..bind.validate import same_everywhere
 from ..core import config as _config
 from ..core.errors import Mismatch, Pending, StragglerTimeout
 from ..core.lifetime import PROCESS
-from ..core.state import KEYVAL, Turn, begin_setup, peek, setup_state
+from ..core.setup import begin_setup, setup_state
+from ..core.state import KEYVAL, peek
 from ..core.steps import drive
+from ..core.turns import Turn
 from ..decide import roles as _roles
 from ..decide import tuning as _tuning
+from ..decide.algorithm import for_layout
 from ..memory.buffers import Message
-from ..run import hierarchical as _hierarchical
 from ..run import transport as _transport
 from ..run.execute import execute
 from .record import CallRecord, record
@@ -66,7 +68,7 @@ def state_of(comm, deadline=0.0):
 
 def begin_state(comm, deadline=0.0, blocking=False):
     """The state for a nonblocking call: ``state_of``, but a new one's setup is started
-    at the call and finished by a thread of its own (core/state.py ``begin_setup``)."""
+    at the call and finished by a thread of its own (core/setup.py ``begin_setup``)."""
     return begin_setup(comm, deadline, _entry.Bindings if _entry else None, _roles.setup, blocking)
 
 
@@ -157,11 +159,7 @@ def _decide(seq, args, deadline):
     if name != "native" or deadline:
         name, straggler = yield from _roles.roles(seq, name, args.policy, args.out.count * args.out.extent,
                                                   args.n, tracked=bool(deadline), deadline=deadline)
-    if name == "hierarchical" and not _hierarchical.applies(seq.topology, straggler):
-        name = "stragglar"     # one node, a rank per node, S alone on its node: flat
-    if name == "hring" and not _hierarchical.hring_applies(seq.topology):
-        name = "ring"          # one node or a rank per node: the flat ring
-    return name, straggler, seq.tracked_seq != before
+    return for_layout(name, seq.topology, straggler), straggler, seq.tracked_seq != before
 
 
 def failed(seq, exc, timeout):

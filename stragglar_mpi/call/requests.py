@@ -6,7 +6,7 @@
   machine and waits in compiled code without the GIL, so phase 1 and the plan progress
   while the caller's Python runs.
 - **Lanes, not communicators.** A communicator's nonblocking operations go to its
-  lanes (core/state.py ``Lane``, up to ``LANES``): the k-th Iallreduce to lane
+  lanes (core/sequences.py ``Lane``, up to ``LANES``): the k-th Iallreduce to lane
   1 + k mod LANES, a persistent request to the lane it got at init.  Every rank starts
   the same operations in the same order (MPI's rule for collectives), so every rank
   puts an operation in the same lane.  Operations of one lane run one at a time, in
@@ -14,7 +14,7 @@
   for the phase 2 of the bucket before it, which waits for the straggler).  All of them
   and the blocking calls share the communicator's private duplicate: each lane has its
   own tags, arrival table and decisions; a native AllReduce is issued there in call
-  order (core/state.py ``Turns``).
+  order (core/turns.py ``Turns``).
 - **Requests are MPI generalized requests** (``MPI.Grequest.Start``) that the progress
   thread completes: mpi4py's ``Request.Waitall``/``Testall``/``Waitany`` over a mix of
   ours and mpi4py's requests work as they are.  Our ``Wait`` first waits on a
@@ -37,7 +37,7 @@ from ..core import config as _config
 from ..core import lifetime
 from ..core.errors import Mismatch, Pending
 from ..core.lifetime import PROCESS
-from ..core.state import Turn
+from ..core.turns import Turn
 from ..core.steps import pause
 from ..memory import cuda as _cuda
 from ..memory.device import is_device_call

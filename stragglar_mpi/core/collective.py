@@ -3,7 +3,7 @@
 The rule: every collective there (a native AllReduce, auto's agreement, the argument
 check's exchange) is issued in call order across the communicator's blocking and
 nonblocking calls, which every rank sees alike.  A nonblocking operation takes a
-ticket at its call (core/state.py ``Turns``) and may issue its one collective once
+ticket at its call (core/turns.py ``Turns``) and may issue its one collective once
 every earlier ticket is back; a blocking call, which comes after all of them, issues
 its collectives once no earlier operation holds one.  The setup's collectives (the
 ``Idup``, the key, the topology) run before any call may start (``State.ready``).

@@ -9,14 +9,15 @@ At exit (before mpi4py finalizes MPI: its handler was registered first, atexit r
 last-in first-out) ``shutdown`` runs the registered steps in this order:
 1. ``ENGINE``: the progress thread runs the nonblocking operations still queued, and ends;
 2. ``REPORT``: the STRAGGLAR_REPORT straggler reports print;
-3. ``ARRIVALS``: arrival tables cancel their receives, in the same key order on every rank.
+3. ``SETUPS``: communicator setups still running in threads of their own are joined;
+4. ``ARRIVALS``: arrival tables cancel their receives, in the same key order on every rank.
 """
 from __future__ import annotations
 
 import atexit
 import weakref
 
-ENGINE, REPORT, ARRIVALS = 10, 20, 30
+ENGINE, REPORT, SETUPS, ARRIVALS = 10, 20, 25, 30
 
 
 class Lifetime:

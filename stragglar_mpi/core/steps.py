@@ -1,18 +1,29 @@
-"""What an operation waits on, and the driver that runs one to its end in this thread.
+"""The step protocol: what a call's path waits on, who waits for it, and the driver
+that runs one to its end in this thread.
 
-A call's path is a generator: where it would wait, it yields a *step* and its driver
-sends back the outcome.  A blocking call drives its own in the caller's thread
-(``drive``); a nonblocking one is driven by the progress thread (run/engine.py),
-which polls the steps of every operation in flight without the GIL.  Two kinds:
+A call's path (after bind) is a generator.  Where it would wait, it yields a *step*
+and its driver sends back the step's outcome, or throws in what the step raised; the
+generator's return value is the path's result.  The whole library keeps to it:
 
-- ``Wait``: requests to complete (all, or any one), a message to arrive (``probe``:
-  from any rank, with a tag, on a communicator: no receive from any rank stays posted,
-  which MPICH's shared-memory-plus-network matching does not always match) or a time
-  to pass; it completes nothing: the code that waited then completes them (``Test``,
-  ``Wait``, ``Mrecv``), so the driver never touches an mpi4py request behind its back;
-- a plan machine (run/transport.py, cython_src/_interpreter.pyx): a rank's plan.
-
-Every step has ``run()``: wait for it here, test and yield; the outcome.
+- **A step** is one of two kinds, nothing else:
+  ``Wait`` (below): requests to complete (all, or any one), a message to arrive
+  (``probe``: from any rank, with a tag, on a communicator: no receive from any rank
+  stays posted, which MPICH's shared-memory-plus-network matching does not always
+  match) or a time to pass.  It completes nothing: the code that waited then completes
+  them (``Test``, ``Wait``, ``Mrecv``), so no driver touches an mpi4py request behind
+  its back.  Its outcome is True, or False when the time ran out first;
+  a plan machine (run/transport.py, run/_interpreter.pyx ``Machine``): a rank's plan
+  in progress.  Its outcome is the MPI_Wtime of its first receive (or None); it raises
+  ``Pending``, ``Mismatch`` or the MPI error of a failed plan.
+- **Who drives it**: a blocking call drives its own generator in the caller's thread
+  (``drive``: each step's ``run()``, test and yield); a nonblocking one is an operation
+  of the progress thread (run/engine.py), which polls the steps of every operation in
+  flight without the GIL (a ``Wait`` as the compiled ``Waiting``) and takes the GIL
+  only to resume an operation whose step is over.  The same path runs either way.
+- **Naming**: a function that is such a generator says so first in its docstring
+  ("Generator: ...") and is called with ``yield from``; one that sometimes waits and
+  sometimes not still is one (``immediately``).  ``steps`` (call/allreduce.py) is the
+  whole path of a call.
 """
 from __future__ import annotations
 

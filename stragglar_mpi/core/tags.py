@@ -1,6 +1,6 @@
 """Every tag the library sends with, in one table.
 
-A communicator's calls run in *sequences* (core/state.py): its blocking calls, and
+A communicator's calls run in *sequences* (core/sequences.py): its blocking calls, and
 each lane of its nonblocking ones.  Calls of one sequence never overlap on a rank, so
 they share tags; two sequences may have calls in flight at once on the same private
 duplicate, so each has tags of its own:
@@ -19,7 +19,7 @@ from __future__ import annotations
 from mpi4py import MPI
 
 SEQUENCES = 5               # the blocking calls and 4 lanes of nonblocking ones
-ROUND_TAGS = 6000           # a plan's round r sends with tag rounds(s) + r % ROUND_TAGS
+ROUND_TAGS = 6000           # a plan's round r sends with tag rounds(s) + r % ROUND_TAGS (both transports)
 VALIDATE = SEQUENCES * ROUND_TAGS
 PING = 4244                 # link measurement between nodes, at setup (decide/topology.py)
 CLOCK = 7301                # clock offsets, at setup, on the arrival duplicate (decide/clock.py)

@@ -6,7 +6,7 @@ outside MPI, holds up nobody's message (docs/ARRIVAL.md has the measurements).
 Nothing is ever forwarded by a rank that might be the late one.  This is the table of
 communicators of ``STRAGGLAR_ARRIVAL_GROUPS`` ranks or more (16 by default); smaller
 ones send a notice to every rank (decide/notices.py: fewer rounds of latency there).
-Each sequence of calls (core/state.py: the blocking calls, each nonblocking lane) has a
+Each sequence of calls (core/sequences.py: the blocking calls, each nonblocking lane) has a
 table of its own, on the duplicate its communicator's tables share, with a tag of its
 own (core/tags.py ``arrival``): every message of a sequence has that tag, its kind
 inside.  A table takes its messages in by matched probes (no receive from any rank

@@ -3,7 +3,7 @@
 Calls that need arrival data ("auto", a policy by name, or a timeout that must name the
 missing ranks) send arrival notices (decide/arrival.py from STRAGGLAR_ARRIVAL_GROUPS ranks,
 decide/notices.py below); the others touch nothing.
-``seq`` is the sequence of calls (core/state.py: a communicator's blocking calls, or one
+``seq`` is the sequence of calls (core/sequences.py: a communicator's blocking calls, or one
 lane of its nonblocking ones): its arrival table, history, the topology.  What waits
 here is a generator (core/steps.py): its driver waits for the steps it yields.
 """

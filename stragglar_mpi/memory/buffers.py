@@ -83,11 +83,6 @@ def messages(sendbuf, recvbuf, op):
     return False, src, out
 
 
-def validate(sendbuf, recvbuf, op) -> None:
-    """Raise what ``comm.Allreduce(sendbuf, recvbuf, op)`` raises for a bad spec."""
-    messages(sendbuf, recvbuf, op)
-
-
 def resolve(spec, readonly: bool) -> Message:
     """The Message of one buffer spec (mpi4py's ``message_simple``)."""
     obj, o_count, o_displ, o_type = split(spec)

@@ -3,11 +3,11 @@
 An operation is a generator of steps (core/steps.py): the call's path after bind,
 the same one a blocking call drives in its own thread.  The thread polls the step
 each operation waits on, plan machines and waits alike, in compiled code without the
-GIL (cython_src/_interpreter.pyx ``serve``); it takes the GIL only to resume an
+GIL (run/_interpreter.pyx ``serve``); it takes the GIL only to resume an
 operation whose step is over, which runs the operation's Python until its next step.
 So phase 1 and the plan progress while the caller's Python computes.
 
-Operations of one lane (core/state.py ``Lane``) run one at a time, in call order; the
+Operations of one lane (core/sequences.py ``Lane``) run one at a time, in call order; the
 lanes of a communicator, and different communicators, run at once.  The thread starts
 with the first operation and sleeps (blocked, no CPU) while there is none.
 """

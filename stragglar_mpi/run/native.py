@@ -3,7 +3,7 @@
 A blocking call without a deadline calls it on the caller's communicator, as the
 caller would.  Otherwise (a deadline; a nonblocking operation, ``turn`` not None) it is
 an ``Iallreduce`` on the private duplicate, issued in its turn among the collectives
-there (core/state.py ``Turns``) and waited as a step (core/steps.py), on scratch memory
+there (core/turns.py ``Turns``) and waited as a step (core/steps.py), on scratch memory
 copied out on success: after a timeout the request that cannot be cancelled writes
 there, not into the caller's buffer.
 """

@@ -23,7 +23,7 @@ import numpy as np
 
 from ..schedule import chunk_bounds
 
-RECV, SEND, REDUCE, COPY = 0, 1, 2, 3
+RECV, SEND, REDUCE, COPY = 0, 1, 2, 3    # the interpreter reads them at import (_interpreter.pyx)
 IN, OUT, SCRATCH = 0, 1, 2
 
 

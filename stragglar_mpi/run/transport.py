@@ -4,7 +4,7 @@ Both interpret the same plan rows with the same rule (a round's messages are
 posted once the previous round's are complete and its local work synchronised),
 over a memory backend's local operations (_memory): host loops, or device kernels.
 ``run`` is a generator (core/steps.py): the compiled transport yields the plan's
-machine (cython_src/_interpreter.pyx ``Machine``), the Python one a ``Wait`` per round,
+machine (run/_interpreter.pyx ``Machine``), the Python one a ``Wait`` per round,
 and whoever drives the call (the caller's thread, the progress thread) waits for them.
 
 ``STRAGGLAR_TRANSPORT=python`` forces the pure-mpi4py one; a build without the
@@ -66,8 +66,7 @@ def run(plan, addresses, comm, datatype, op, transport, deadline=0.0, local=None
     if transport == "cython":
         loop = _interpreter.loop_id(datatype, op)
         return (yield _interpreter.Machine(plan.rows, tuple(addresses), comm, datatype, op,
-                                           plan.max_requests, loop, deadline, local, rounds,
-                                           tag0, tags.ROUND_TAGS))
+                                           plan.max_requests, loop, deadline, local, rounds, tag0))
     try:
         return (yield from _run_python(plan, addresses, comm, datatype, op, deadline,
                                        local or _HostLocal(datatype, op), rounds, tag0))

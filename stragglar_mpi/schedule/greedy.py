@@ -11,7 +11,7 @@ costs a few vector operations per unfinished chunk while many receivers are free
 then one sparse pass over the chunks that are nearly everywhere (most of them: a
 chunk's last copies trail behind for a few rounds).
 
-The same greedy, compiled (cython_src/_greedy.pyx, ``_greedy``), gives exactly these
+The same greedy, compiled (schedule/_greedy.pyx, ``_greedy``), gives exactly these
 copies in the same order from the same random stream, 20-40x faster: every rank of a
 job computes the schedule on its own, so ranks with and without the build must agree.
 It draws each round's permutation from the generator itself, by NumPy's algorithm

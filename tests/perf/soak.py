@@ -17,7 +17,7 @@ from mpi4py import MPI
 
 from stragglar_mpi import Allreduce, stats
 from stragglar_mpi.core.lifetime import PROCESS
-from stragglar_mpi.run.phases import plan_of
+from stragglar_mpi.run import programs
 from stragglar_mpi.call.allreduce import state_of
 from stragglar_mpi.schedule.units import parse_size
 
@@ -58,7 +58,7 @@ def snapshot(c):
     state = state_of(c)
     return {"rss_mib": round(rss_mib(), 1),
             "arrival_tables": len(PROCESS.live("arrivals")), "fds": len(os.listdir("/proc/self/fd")),
-            "history": len(state.history), "plans": plan_of.cache_info().currsize,
+            "history": len(state.history), "plans": programs.cached(),
             "scratch_mib": state._scratch.nbytes / 2**20}
 
 

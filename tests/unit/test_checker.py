@@ -1,4 +1,4 @@
-"""The compiled round checker (cython_src/_checker.pyx) against the NumPy one.
+"""The compiled round checker (stragglar_mpi/schedule/_checker.pyx) against the NumPy one.
 
 Both run the one-bit proof of ``verify.checked_copy_rounds``; the compiled one only
 finds the first refused round, and the NumPy check names the fault there, so both must

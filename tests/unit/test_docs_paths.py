@@ -1,6 +1,6 @@
 """docs/ARCHITECTURE.md names only what exists.
 
-Every `code span` of the page that names a repository path (``core/state.py``, ``cython_src/_entry.pyx``,
+Every `code span` of the page that names a repository path (``core/state.py``, ``call/_entry.pyx``,
 ``tests/perf/bench_entry.py``, a room ``run/``) must exist, relative to the repository or to
 ``stragglar_mpi/``; one that names a module and something in it (``decide/tuning.timed``,
 ``call/allreduce.steps(...)``, ``call/report.Log.ran``) must name a module that exists and a
@@ -56,9 +56,9 @@ def problems(text):
 
 
 def test_the_checker_catches_a_missing_path_and_a_missing_name():
-    assert problems("`call/_entry.pyx: Allreduce` and `decide/tuning.synchronous`") == [
-        "call/_entry.pyx: no such file", "decide/tuning.synchronous: synchronous is not defined there"]
-    assert problems("`cython_src/_entry.pyx`, `decide/tuning.timed`, `run/`") == []
+    assert problems("`call/_fast.pyx: Allreduce` and `decide/tuning.synchronous`") == [
+        "call/_fast.pyx: no such file", "decide/tuning.synchronous: synchronous is not defined there"]
+    assert problems("`call/_entry.pyx`, `run/_machine.pxi`, `decide/tuning.timed`, `run/`") == []
 
 
 def test_every_path_in_the_architecture_exists():

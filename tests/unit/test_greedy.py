@@ -1,4 +1,4 @@
-"""The compiled greedy round (cython_src/_greedy.pyx) against its NumPy reference.
+"""The compiled greedy round (stragglar_mpi/schedule/_greedy.pyx) against its NumPy reference.
 
 Every rank of a job computes the schedule on its own, some maybe without the build,
 so the two must give the same copies, in the same order, round by round: both when

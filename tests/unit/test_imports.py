@@ -7,10 +7,6 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "stragglar_mpi"
-CYTHON = ROOT / "cython_src"
-#: The module each Cython source builds (setup.py): one file per room it serves.
-CYTHON_MODULES = {"_interpreter": "stragglar_mpi.run._interpreter", "_entry": "stragglar_mpi.call._entry",
-                  "_greedy": "stragglar_mpi.schedule._greedy", "_checker": "stragglar_mpi.schedule._checker"}
 
 
 def module_name(path, root=ROOT):
@@ -19,9 +15,15 @@ def module_name(path, root=ROOT):
 
 
 def modules(package=PACKAGE):
-    found = {module_name(p, package.parent): p for p in package.rglob("*.py")}
-    found.update({CYTHON_MODULES[p.stem]: p for p in CYTHON.glob("*.pyx")})
-    return found
+    """Every module by its dotted name; a Cython source builds the module of its path
+    (setup.py: stragglar_mpi/<room>/<name>.pyx is stragglar_mpi.<room>.<name>)."""
+    return {module_name(p, package.parent): p for ext in ("*.py", "*.pyx") for p in package.rglob(ext)}
+
+
+def cython_text(path):
+    """A Cython source with the .pxi files it includes (beside it), as the compiler reads it."""
+    text = path.read_text()
+    return re.sub(r'^include "([\w.]+\.pxi)"$', lambda m: cython_text(path.parent / m.group(1)), text, flags=re.M)
 
 
 def _base(name, path, level):
@@ -34,7 +36,7 @@ def _base(name, path, level):
 
 def imports_of(name, path, known):
     """The package's modules that ``name`` imports (not the packages that contain it)."""
-    text = path.read_text()
+    text = cython_text(path) if path.suffix == ".pyx" else path.read_text()
     if path.suffix == ".pyx":   # the relative imports of a Cython file, by their Python form
         text = "\n".join(m.group(0).strip() for m in re.finditer(r"^\s*from \.[\w.]* import [\w, ]+", text, re.M))
     targets = set()
@@ -96,7 +98,7 @@ def test_the_checker_finds_a_circle():
 
 def test_lazy_and_cython_imports_count():
     edges = graph()
-    assert "stragglar_mpi.core.errors" in edges["stragglar_mpi.run._interpreter"]        # inside a cdef function
+    assert "stragglar_mpi.core.errors" in edges["stragglar_mpi.run._interpreter"]        # inside a cdef function of a .pxi
     assert "stragglar_mpi.schedule.verify" in edges["stragglar_mpi.schedule"]           # inside a function
     assert "stragglar_mpi.memory.device" in edges["stragglar_mpi.run.execute"]
     assert "stragglar_mpi.run.execute" not in edges["stragglar_mpi.memory.device"]

@@ -1,0 +1,35 @@
+"""Where the algorithm that runs differs from the one asked for: every rewrite in one place.
+
+- ``for_arguments`` (at the argument check, bind/args.py): native for one rank, nothing
+  to reduce, an op that does not commute, a datatype our plans cannot split (pairs,
+  derived, with gaps), and "auto" below STRAGGLAR_AUTO_MIN_BYTES;
+- ``for_layout`` (after the roles, call/allreduce.py): a two-tier algorithm where the
+  layout has no second tier is its flat twin: ``hierarchical`` is StragglAR on one node,
+  with a rank per node or with the straggler alone on its node; ``hring`` is the ring on
+  one node or with a rank per node.
+
+Every rank reaches the same answer from the same arguments and layout.
+"""
+from __future__ import annotations
+
+from ..core.features import PAIR_TYPES
+
+
+def for_arguments(name, n, out, op, settings):
+    """The algorithm that will run for these arguments (``out``: the receive Message)."""
+    dt = out.datatype
+    if (n == 1 or out.count == 0 or out.address == 0 or not op.Is_commutative()
+            or dt.handle in PAIR_TYPES or not dt.is_predefined or dt.Get_size() != dt.Get_extent()[1]):
+        return "native"
+    if name == "auto" and out.count * dt.Get_size() < settings.auto_min_bytes:
+        return "native"
+    return name
+
+
+def for_layout(name, topology, straggler):
+    """``name`` on this layout (decide/topology.py ``Topology``): flat where it has one tier."""
+    if name == "hierarchical" and (topology.flat or len(topology.node(straggler)) < 2):
+        return "stragglar"
+    if name == "hring" and topology.flat:
+        return "ring"
+    return name
