@@ -9,8 +9,6 @@
         --size 1GiB --alpha 3us --bandwidth 450GiB/s
     python -m stragglar_mpi.schedule simulate --node-size 8 --n 16,32,128,1024 --size 1GiB \\
         --alpha 3us --bandwidth 450GB/s --alpha-inter 5us --bandwidth-inter 50GB/s
-    python -m stragglar_mpi.schedule staged --n 8 --size 64MiB --piece 4MiB \\
-        --alpha 3us --bandwidth 25GB/s --copy-bandwidth 50GB/s
 """
 from __future__ import annotations
 
@@ -228,21 +226,6 @@ def _print_late(rows, k) -> None:
               + " ".join(f"{late[a] * 1e3:>10.3f}" for a in _FLAT_NAMES))
 
 
-def cmd_staged(args) -> int:
-    """Staged StragglAR (device buffers, MPI not CUDA-aware): post-arrival, before and after."""
-    from .staging import staged
-    print(f"size={args.size:.0f} B piece (before)={args.piece:.0f} B alpha={args.alpha:g} s "
-          f"bandwidth={args.bandwidth:.4g} B/s copy={args.copy_bandwidth:.4g} B/s; ms after the "
-          "straggler arrives")
-    print(f"{'n':>5} {'pieces':>7} {'before':>10} {'after':>10} {'speedup':>8} {'ring':>10} "
-          f"{'phase 2':>10} {'copy':>8}")
-    for n in args.n:
-        m = staged(n, args.size, args.piece, args.alpha, args.bandwidth, args.copy_bandwidth)
-        print(f"{n:>5} {m.pieces:>7} {m.before * 1e3:>10.3f} {m.after * 1e3:>10.3f} "
-              f"{m.before / m.after:>8.2f} {m.ring * 1e3:>10.3f} {m.phase2 * 1e3:>10.3f} {m.copy * 1e3:>8.3f}")
-    return 0
-
-
 def cmd_search(args) -> int:
     """Search greedy seeds offline; merge the best into the seeds file."""
     from .stragglar import best_seed
@@ -308,18 +291,6 @@ def main(argv=None) -> int:
     sim.add_argument("--bandwidth-inter", type=parse_bandwidth, default=None,
                      help="bandwidth between nodes, e.g. 50GB/s (default: --bandwidth)")
     sim.set_defaults(run=cmd_simulate)
-    stage = sub.add_parser("staged", help="model of staged StragglAR (MPI not CUDA-aware): "
-                                          "post-arrival time per piece pipeline, before and after")
-    stage.add_argument("--n", type=parse_ns, default=parse_ns("8"))
-    stage.add_argument("--size", type=parse_size, default=parse_size("64MiB"))
-    stage.add_argument("--piece", type=parse_size, default=parse_size("4MiB"),
-                       help="the piece of the old staged path (one host AllReduce each)")
-    stage.add_argument("--alpha", type=parse_time, default=parse_time("3us"))
-    stage.add_argument("--bandwidth", type=parse_bandwidth, default=parse_bandwidth("25GB/s"),
-                       help="the network between the ranks' host memories")
-    stage.add_argument("--copy-bandwidth", type=parse_bandwidth, default=parse_bandwidth("50GB/s"),
-                       help="host-device copies, each direction (PCIe 5 x16: about 50GB/s)")
-    stage.set_defaults(run=cmd_staged)
     search = sub.add_parser("search", help="search greedy seeds for n that miss the bound")
     search.add_argument("--n", type=parse_ns, required=True)
     search.add_argument("--tries", type=_positive_int, default=100, help="seeds to try per n")
