@@ -17,6 +17,7 @@ from ..core.config import current as current_settings
 from ..run.transport import name as transport_name
 from ..schedule.units import format_size, parse_size
 from . import _clock, _cvar, _data, _model, _report, _run
+from ..schedule.algorithms import AUTO, CHOICES, NATIVE, SHOWN, STRAGGLAR
 
 _MIB = 1 << 20
 
@@ -131,9 +132,9 @@ def parser() -> argparse.ArgumentParser:
     a("--layout", choices=("as-is", "block", "cyclic"), default="as-is",
       help="renumber the ranks so that nodes hold consecutive ranks (block, Slurm's default) or "
            "node i holds ranks i, i+m, ... (cyclic, MPICH's emulated cliques); as-is keeps them")
-    a("-a", "--algorithms", type=parse_algorithms, default="native,ring,rhd,stragglar,auto",
-      help="comma-separated, from native (plain comm.Allreduce), ring, rhd, stragglar, hierarchical, "
-           "hring, direct, auto; "
+    a("-a", "--algorithms", type=parse_algorithms, default=",".join(SHOWN + (AUTO,)),
+      help=f"comma-separated, from {NATIVE} (plain comm.Allreduce), "
+           f"{', '.join(a for a in CHOICES[1:] if a != NATIVE)}, {AUTO}; "
            "native2 runs native again: its ratio to native is the noise of the measurement; "
            "native-comp1 / native-comp4 run native under MPICH's SMP-aware compositions "
            "(MPIR_CVAR_ALLREDUCE_COMPOSITION=1: node reduce, roots' AllReduce, node bcast; "
@@ -316,7 +317,7 @@ def _prewarm(ctx):
     """Build every straggler's sub-communicator now, not inside a timed call."""
     ctx.count = min(ctx.send_all.size, 64)
     for late in range(ctx.comm.Get_size()):
-        Allreduce(ctx.comm, ctx.send, ctx.recv, ctx.op, straggler=late, algorithm="stragglar")
+        Allreduce(ctx.comm, ctx.send, ctx.recv, ctx.op, straggler=late, algorithm=STRAGGLAR)
 
 
 def _link(comm, args, max_bytes):

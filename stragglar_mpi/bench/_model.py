@@ -7,7 +7,7 @@ from mpi4py import MPI
 from ..core import tags
 from ..core.state import peek
 from ..schedule import tiers as _tiers
-from ..schedule.algorithms import BY_NAME
+from ..schedule.algorithms import BY_NAME, HRING, NATIVE
 from . import _cvar
 
 
@@ -53,7 +53,7 @@ def predict(algorithm: str, n: int, straggler, nbytes: int, delay: float,
     where the model has no price (a schedule that needs several nodes, on one)."""
     if algorithm == "bound":
         return alpha + nbytes / bandwidth if tiers is None else floor(nbytes, tiers)
-    name = "hring" if algorithm in _cvar.VARIANTS else "native" if algorithm == "native2" else algorithm
+    name = HRING if algorithm in _cvar.VARIANTS else NATIVE if algorithm == "native2" else algorithm
     if tiers is None:
         if name not in BY_NAME or BY_NAME[name].layout == "nodes":
             return float("nan")     # one node: no second tier to price them on

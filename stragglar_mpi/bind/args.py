@@ -14,6 +14,7 @@ from ..core.features import PAIR_TYPES
 from ..memory import device as _device
 from ..memory.buffers import Message, messages
 from ..decide.policy import POLICIES
+from ..schedule.algorithms import NATIVE
 
 
 class Args:
@@ -61,13 +62,13 @@ def check(comm, sendbuf, recvbuf, op, straggler, algorithm, settings) -> Args:
     reducible = bytes_as_unsigned_char(src, out, op, in_place)
     if out.datatype.is_predefined:     # the same error, whichever path runs (host or device)
         check_op(op, reducible[1].datatype)
-    route = _device.route(src, out, op, needs_kernel=name != "native")
-    if name != "native" or route != "host":     # MPI gets our Messages, not the caller's specs
+    route = _device.route(src, out, op, needs_kernel=name != NATIVE)
+    if name != NATIVE or route != "host":     # MPI gets our Messages, not the caller's specs
         src, out = reducible
     signature = (requested, str(policy), in_place, out.count, out.datatype.Get_size(),
                  _type_name(out.datatype), _op_name(op))
     return Args(n, policy, sendbuf, recvbuf, op, in_place, out, src, name, signature,
-                name == "native" and settings.timeout is None and route == "host", route)
+                name == NATIVE and settings.timeout is None and route == "host", route)
 
 
 def check_straggler(straggler, n):
@@ -91,9 +92,9 @@ def decide(name, n, out, op, settings=None):
     dt = out.datatype
     if (n == 1 or out.count == 0 or out.address == 0 or not op.Is_commutative()
             or dt.handle in PAIR_TYPES or not dt.is_predefined or dt.Get_size() != dt.Get_extent()[1]):
-        return "native"
+        return NATIVE
     if name == "auto" and out.count * dt.Get_size() < (settings or _config.current()).auto_min_bytes:
-        return "native"
+        return NATIVE
     return name
 
 

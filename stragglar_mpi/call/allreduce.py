@@ -31,6 +31,7 @@ from ..run import transport as _transport
 from ..run.execute import execute
 from .record import CallRecord, record
 from .report import log_of
+from ..schedule.algorithms import HIERARCHICAL, HRING, NATIVE, RING, STRAGGLAR
 
 try:
     from . import _entry
@@ -125,7 +126,7 @@ def steps(comm, seq, args, settings, t_call, deadline, turn):
     try:
         name, straggler, tracked = yield from _decide(seq, args, deadline)
         timed, how = _tuning.picked(seq)   # a run of auto's measurements (decide/tuning.py)
-        transport = None if name == "native" else _transport.name(settings)
+        transport = None if name == NATIVE else _transport.name(settings)
         t_p1, first = yield from execute(comm, seq, name, straggler, args, transport, deadline, turn)
     except (Pending, Mismatch):
         raise
@@ -154,13 +155,13 @@ def steps(comm, seq, args, settings, t_call, deadline, turn):
 def _decide(seq, args, deadline):
     """Generator: (algorithm, straggler, whether the call is tracked)."""
     name, straggler, before = args.name, None, seq.tracked_seq
-    if name != "native" or deadline:
+    if name != NATIVE or deadline:
         name, straggler = yield from _roles.roles(seq, name, args.policy, args.out.count * args.out.extent,
                                                   args.n, tracked=bool(deadline), deadline=deadline)
-    if name == "hierarchical" and not _hierarchical.applies(seq.topology, straggler):
-        name = "stragglar"     # one node, a rank per node, S alone on its node: flat
-    if name == "hring" and not _hierarchical.hring_applies(seq.topology):
-        name = "ring"          # one node or a rank per node: the flat ring
+    if name == HIERARCHICAL and not _hierarchical.applies(seq.topology, straggler):
+        name = STRAGGLAR     # one node, a rank per node, S alone on its node: flat
+    if name == HRING and not _hierarchical.hring_applies(seq.topology):
+        name = RING          # one node or a rank per node: the flat ring
     return name, straggler, seq.tracked_seq != before
 
 

@@ -90,8 +90,9 @@ def candidates(spans_nodes: bool) -> tuple:
     hierarchical ring stands for the flat ring, whose every step waits on a link
     between nodes (measured 3.6-3.8x slower than it on 2 emulated nodes of 4); on one
     node (or a rank per node) the flat ring stands for it, as call/allreduce runs it."""
-    skip = "ring" if spans_nodes else "hring"
-    return tuple(a.name for a in TABLE if not a.roles and a.name != skip)
+    skip = ({a.flat for a in TABLE} if spans_nodes
+            else {a.name for a in TABLE if a.layout == "nodes"})
+    return tuple(a.name for a in TABLE if not a.roles and a.name not in skip)
 
 
 def size_class(nbytes: int) -> int:

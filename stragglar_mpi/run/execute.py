@@ -11,7 +11,7 @@ from ..memory import device as _device
 from ..memory.host import HOST
 from ..core.errors import Mismatch, Pending
 from ..schedule import PHASE1
-from ..schedule.algorithms import CHUNKED
+from ..schedule.algorithms import CHUNKED, HIERARCHICAL, HRING, NATIVE
 from . import hierarchical as _hierarchical
 from . import staged as _staged
 from . import transport as _transport
@@ -42,15 +42,15 @@ def _execute(comm, seq, name, straggler, args, transport, deadline, turn, stagin
         with _staged.Staging(seq, args, whole=name not in CHUNKED) as staged:
             return (yield from execute(comm, seq, name, straggler, staged.args, transport,
                                        deadline, turn, staged))
-    if name == "native":
+    if name == NATIVE:
         yield from native(comm, seq, args, MEMORY[args.route], deadline, turn)
         return None, None
     turn.release()                # no collective in what follows
     commutative = exactly_commutative(args.op, args.out.datatype)
-    if name == "hierarchical":
+    if name == HIERARCHICAL:
         return (yield from _hierarchical.run(seq, straggler, args, transport, deadline,
                                              MEMORY[args.route], commutative))
-    if name == "hring":
+    if name == HRING:
         return (yield from _hierarchical.run_hring(seq, args, transport, deadline,
                                                    MEMORY[args.route], commutative))
     return (yield from run_schedule(seq, name, straggler, args, transport, deadline,

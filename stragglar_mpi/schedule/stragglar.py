@@ -18,6 +18,7 @@ import time
 from importlib import resources
 
 from .model import Schedule, ScheduleError, Transfer, gc_paused
+from .algorithms import STRAGGLAR
 
 __all__ = ["synthesize", "lower_bound_rounds", "rank_rounds", "copy_blocks", "copy_columns"]
 
@@ -54,7 +55,7 @@ def _canonical(n: int) -> Schedule:
 
 def _construct(n: int) -> Schedule:
     if n == 1:
-        return Schedule("stragglar", 1, 0, 1, ())
+        return Schedule(STRAGGLAR, 1, 0, 1, ())
     if n & (n - 1) == 0:
         rounds = _field_rounds(n)
     elif n <= AUGMENTING_MAX:
@@ -62,7 +63,7 @@ def _construct(n: int) -> Schedule:
     else:
         rounds = _as_transfers((zip(*(col.tolist() for col in cols))
                                 for cols in _numpy_greedy(n)), n - 1)
-    return Schedule("stragglar", n, n - 1, n - 1, rounds)
+    return Schedule(STRAGGLAR, n, n - 1, n - 1, rounds)
 
 
 def _is_field(n: int) -> bool:
