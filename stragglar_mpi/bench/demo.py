@@ -17,8 +17,8 @@ import numpy as np
 from mpi4py import MPI
 
 from .. import Allreduce
-from ..schedule.algorithms import BY_NAME, NATIVE, SHOWN
-from ..schedule.units import parse_size
+from ..schedule.algorithms import NATIVE, SHOWN
+from ..schedule.units import parse_size, time_in
 
 # native first (the ratios are to it), the straggler-aware ones last
 ALGORITHMS = SHOWN
@@ -59,7 +59,8 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="mpiexec -n 4 python -m stragglar_mpi.bench.demo", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--size", type=parse_size, default=parse_size("16MiB"), help="buffer size (default 16MiB)")
-    p.add_argument("--delay", type=float, default=300.0, help="straggler delay in ms (default 300)")
+    p.add_argument("--delay", type=time_in("ms"), default=300.0,
+                   help="straggler delay: a bare number in ms, or with a unit (0.3s) (default 300)")
     p.add_argument("--iters", type=int, default=5, help="timed iterations after one warm-up (default 5)")
     args = p.parse_args(argv)
     if args.iters < 1:

@@ -25,7 +25,7 @@ from ..run import transport as _transport
 from ..run.plan import RECV
 from ..schedule.algorithms import ALGORITHMS, STRAGGLAR
 from . import _clock
-from ._cli import _at_least, parse_delay, parse_size
+from ._args import _at_least, parse_delay, parse_size
 
 _LOG = []
 
@@ -112,7 +112,8 @@ def main(argv=None, comm=None) -> int:
     comm = MPI.COMM_WORLD if comm is None else comm
     p = argparse.ArgumentParser(prog="python -m stragglar_mpi.bench.rounds", description=__doc__.split("\n")[0])
     p.add_argument("-s", "--size", type=parse_size, default="32M", help="buffer size (float32)")
-    p.add_argument("--delay", type=parse_delay, default="300", help="the straggler's delay in ms")
+    p.add_argument("--delay", type=parse_delay, default="300",
+                   help="the straggler's delay: a bare number in ms, or with a unit (50ms)")
     p.add_argument("-n", "--iters", type=_at_least(1), default=5, help="timed iterations")
     p.add_argument("-a", "--algorithms", default=STRAGGLAR,
                    help=f"comma-separated: {', '.join(ALGORITHMS)}")
