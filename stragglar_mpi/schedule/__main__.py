@@ -251,8 +251,8 @@ def cmd_search(args) -> int:
 
 
 def _greedy(n: int, seed: int) -> list:
-    from .stragglar import _greedy_rounds
-    return _greedy_rounds(n, seed)
+    from .augmenting import greedy_rounds
+    return greedy_rounds(n, seed)
 
 
 def main(argv=None) -> int:
