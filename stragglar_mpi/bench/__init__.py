@@ -14,6 +14,6 @@ the straggler and one partner after the delay: its data must leave it and the
 result must come back, so no AllReduce can finish sooner.  Across nodes it is
 every node taking in the whole buffer at once, after the arrival (``_run._bound``).
 """
-from ._cli import main
+from ._sweep import main
 
 __all__ = ["main"]

@@ -6,8 +6,9 @@ from mpi4py import MPI
 
 from ..core import tags
 from ..core.state import peek
-from ..schedule import build, simulate
 from ..schedule import tiers as _tiers
+from ..schedule.algorithms import BY_NAME, HRING, NATIVE
+from . import _cvar
 
 
 def tiers_of(comm):
@@ -44,33 +45,23 @@ def _half_rtt(comm, nbytes, reps):
 
 def predict(algorithm: str, n: int, straggler, nbytes: int, delay: float,
             alpha: float, bandwidth: float, tiers=None) -> float:
-    """Modelled post-arrival time.  On one tier: the schedule simulated with the
-    ping-pong's figures, native as RHD (MPICH's large-message choice).  Across nodes
-    (``tiers``: the library's topology and links) the library's two-tier model
-    (schedule/tiers.py, what ``auto`` prices with): native as the better of ring and
-    rhd, MPICH's SMP-aware compositions as hring, bound as the floor."""
-    if tiers is not None:
-        return _two_tier(algorithm, nbytes, delay if straggler is not None else 0.0, tiers)
+    """Modelled post-arrival time: the library's cost model (schedule/tiers.py ``costs``,
+    what ``auto`` and the report price with), on one tier with the ping-pong's figures,
+    across nodes (``tiers``: the library's topology and links) with its two tiers.
+    native2 is native again, MPICH's SMP-aware compositions are priced as hring; bound:
+    on one tier the straggler's swap of the whole buffer, across nodes the floor; nan
+    where the model has no price (a schedule that needs several nodes, on one)."""
     if algorithm == "bound":
-        return alpha + nbytes / bandwidth
-    if algorithm in ("hierarchical", "hring") or algorithm.startswith("native-comp"):
-        return float("nan")     # one node: no second tier to price them on
-    name = "rhd" if algorithm in ("native", "native2") else algorithm
-    arrivals = [0.0] * n
-    if straggler is not None:
-        arrivals[straggler] = delay
-    schedule = build(name, n, n - 1 if straggler is None else straggler)
-    return simulate(schedule, nbytes, alpha, bandwidth, arrivals).post_arrival
-
-
-def _two_tier(algorithm, nbytes, gap, tiers):
-    m, k, lanes, figures = shape(tiers)
-    if algorithm == "bound":
-        return floor(nbytes, tiers)
-    name = ("hring" if algorithm.startswith("native-comp") else
-            "native" if algorithm in ("native", "native2") else algorithm)
+        return alpha + nbytes / bandwidth if tiers is None else floor(nbytes, tiers)
+    name = HRING if algorithm in _cvar.VARIANTS else NATIVE if algorithm == "native2" else algorithm
+    if tiers is None:
+        if name not in BY_NAME or BY_NAME[name].layout == "nodes":
+            return float("nan")     # one node: no second tier to price them on
+        m, k, lanes, figures = 1, n, n, (alpha, bandwidth, alpha, bandwidth)
+    else:
+        m, k, lanes, figures = shape(tiers)
     cost = _tiers.costs(m, k, nbytes, *figures, lanes).get(name)
-    return float("nan") if cost is None else cost.after(gap)
+    return float("nan") if cost is None else cost.after(delay if straggler is not None else 0.0)
 
 
 def shape(tiers):

@@ -7,6 +7,7 @@ from collections import Counter
 import numpy as np
 
 from ._model import predict
+from ..schedule.algorithms import NATIVE
 
 COLUMNS = [  # (header, width, format of the value)
     ("size(B)", 11, "{:d}"), ("algorithm", 16, "{}"), ("iters", 5, "{:d}"),
@@ -77,7 +78,7 @@ def compare(rows: list) -> None:
     med = {r["algorithm"]: r["post_arrival"]["median"] for r in rows}
     for r in rows:
         mine = r["post_arrival"]["median"]
-        r["speedup_vs_native"] = med["native"] / mine if "native" in med and mine else None
+        r["speedup_vs_native"] = med[NATIVE] / mine if NATIVE in med and mine else None
         r["x_bound"] = mine / med["bound"] if "bound" in med and med["bound"] else None
 
 

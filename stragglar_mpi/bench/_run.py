@@ -11,13 +11,13 @@ from .. import Allreduce, stats
 from ..core import tags
 from ..decide.topology import discover
 from ..schedule import build
-from ..schedule.algorithms import CHOICES
+from ..schedule.algorithms import CHOICES, NATIVE, STRAGGLAR
 from ._data import POISON, count_wrong
 from . import _cvar
 
-LIBRARY = tuple(a for a in CHOICES if a != "native")     # what stats() reports on
+LIBRARY = tuple(a for a in CHOICES if a != NATIVE)     # what stats() reports on
 #: native-comp1/-comp4: the MPI's own AllReduce under MPICH's SMP-aware compositions (_cvar.py)
-VARIANTS = ("native", "native2") + tuple(_cvar.VARIANTS) + LIBRARY + ("bound",)
+VARIANTS = (NATIVE, "native2") + tuple(_cvar.VARIANTS) + LIBRARY + ("bound",)
 
 
 
@@ -153,13 +153,13 @@ def _shift(ctx, rank):
                       ctx.recv[lo:hi], nodes[v - 1][j], tags.BENCH_BOUND)
 
 
-_CALLS = {"native": _native, "native2": _native, "bound": _bound,
+_CALLS = {NATIVE: _native, "native2": _native, "bound": _bound,
           **{name: _composed for name in _cvar.VARIANTS}}
 
 
 def partner_of(ctx, straggler):
     if straggler not in ctx.partners:
-        first = build("stragglar", ctx.comm.Get_size(), straggler).rounds[0]
+        first = build(STRAGGLAR, ctx.comm.Get_size(), straggler).rounds[0]
         t = next(t for t in first if straggler in (t.src, t.dst))
         ctx.partners[straggler] = t.dst if t.src == straggler else t.src
     return ctx.partners[straggler]

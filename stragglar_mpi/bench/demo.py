@@ -17,11 +17,11 @@ import numpy as np
 from mpi4py import MPI
 
 from .. import Allreduce
-from ..schedule.algorithms import BY_NAME, SHOWN
-from ..schedule.units import parse_size
+from ..schedule.algorithms import NATIVE, SHOWN
+from ..schedule.units import parse_size, time_in
 
 # native first (the ratios are to it), the straggler-aware ones last
-ALGORITHMS = tuple(sorted(SHOWN, key=lambda a: (BY_NAME[a].straggler_aware, a != "native")))
+ALGORITHMS = SHOWN
 
 
 def one_call(comm, algo, send, recv, straggler, delay):
@@ -29,7 +29,7 @@ def one_call(comm, algo, send, recv, straggler, delay):
     if comm.Get_rank() == straggler:
         time.sleep(delay)
     t_call = MPI.Wtime()
-    if algo == "native":
+    if algo == NATIVE:
         comm.Allreduce(send, recv, MPI.SUM)
     else:
         Allreduce(comm, send, recv, MPI.SUM, algorithm=algo, straggler=straggler)
@@ -59,7 +59,8 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="mpiexec -n 4 python -m stragglar_mpi.bench.demo", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--size", type=parse_size, default=parse_size("16MiB"), help="buffer size (default 16MiB)")
-    p.add_argument("--delay", type=float, default=300.0, help="straggler delay in ms (default 300)")
+    p.add_argument("--delay", type=time_in("ms"), default=300.0,
+                   help="straggler delay: a bare number in ms, or with a unit (0.3s) (default 300)")
     p.add_argument("--iters", type=int, default=5, help="timed iterations after one warm-up (default 5)")
     args = p.parse_args(argv)
     if args.iters < 1:
@@ -75,7 +76,7 @@ def main(argv=None) -> int:
               f"rank {n - 1} late by {args.delay:.0f} ms, median of {args.iters}", flush=True)
     medians, wrong = run(comm, args.size, args.delay / 1e3, args.iters)
     if comm.Get_rank() == 0:
-        base = medians["native"]
+        base = medians[NATIVE]
         print(f"{'algorithm':<12}{'post-arrival ms':>16}{'vs native':>11}{'#wrong':>8}")
         for algo in ALGORITHMS:
             print(f"{algo:<12}{medians[algo] * 1e3:>16.2f}{base / medians[algo]:>10.2f}x{wrong[algo]:>8}")

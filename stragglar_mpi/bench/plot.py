@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import json
 import sys
+from ..schedule.algorithms import DIRECT, NATIVE, RHD, RING, STRAGGLAR
 
-_STYLE = {"stragglar": ("C3", "o"), "auto": ("C1", "x"), "ring": ("C0", "s"), "rhd": ("C2", "^"),
-          "direct": ("C4", "v"), "bound": ("k", "")}
+_STYLE = {STRAGGLAR: ("C3", "o"), "auto": ("C1", "x"), RING: ("C0", "s"), RHD: ("C2", "^"),
+          DIRECT: ("C4", "v"), "bound": ("k", "")}
 
 
 def plot(runs: list, path: str) -> None:
@@ -33,9 +34,9 @@ def _panel(ax, run):
     from matplotlib.ticker import FuncFormatter
 
     medians = _medians(run["results"])
-    native = medians.get("native", {})
+    native = medians.get(NATIVE, {})
     for name, by_size in medians.items():
-        if name == "native":
+        if name == NATIVE:
             continue
         sizes = [s for s in sorted(by_size) if s in native]
         color, marker = _STYLE.get(name, ("C7", "."))

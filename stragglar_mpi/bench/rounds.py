@@ -23,8 +23,9 @@ from mpi4py import MPI
 from .. import Allreduce, configure
 from ..run import transport as _transport
 from ..run.plan import RECV
+from ..schedule.algorithms import ALGORITHMS, STRAGGLAR
 from . import _clock
-from ._cli import _at_least, parse_delay, parse_size
+from ._args import _at_least, parse_delay, parse_size
 
 _LOG = []
 
@@ -111,16 +112,18 @@ def main(argv=None, comm=None) -> int:
     comm = MPI.COMM_WORLD if comm is None else comm
     p = argparse.ArgumentParser(prog="python -m stragglar_mpi.bench.rounds", description=__doc__.split("\n")[0])
     p.add_argument("-s", "--size", type=parse_size, default="32M", help="buffer size (float32)")
-    p.add_argument("--delay", type=parse_delay, default="300", help="the straggler's delay in ms")
+    p.add_argument("--delay", type=parse_delay, default="300",
+                   help="the straggler's delay: a bare number in ms, or with a unit (50ms)")
     p.add_argument("-n", "--iters", type=_at_least(1), default=5, help="timed iterations")
-    p.add_argument("-a", "--algorithms", default="stragglar", help="comma-separated: stragglar, ring, rhd, direct")
+    p.add_argument("-a", "--algorithms", default=STRAGGLAR,
+                   help=f"comma-separated: {', '.join(ALGORITHMS)}")
     p.add_argument("--straggler", type=_at_least(0), default=None, help="the late rank (default: the last)")
     args = p.parse_args(argv)
     if args.straggler is not None and args.straggler >= comm.Get_size():
         p.error(f"--straggler {args.straggler} is not a rank of {comm.Get_size()}")
-    unknown = [a for a in args.algorithms.split(",") if a not in ("stragglar", "ring", "rhd", "direct")]
+    unknown = [a for a in args.algorithms.split(",") if a not in ALGORITHMS]
     if unknown:
-        p.error(f"unknown algorithm(s) {', '.join(unknown)}; choose from stragglar, ring, rhd, direct")
+        p.error(f"unknown algorithm(s) {', '.join(unknown)}; choose from {', '.join(ALGORITHMS)}")
     os.environ["STRAGGLAR_TRANSPORT"] = "python"
     configure()
     _transport._run_python = _stamped(_transport._run_python)

@@ -15,6 +15,7 @@ from ..memory import device as _device
 from ..memory.buffers import Message, messages
 from ..decide.algorithm import for_arguments
 from ..decide.policy import POLICIES
+from ..schedule.algorithms import NATIVE
 
 
 class Args:
@@ -56,13 +57,13 @@ def check(comm, sendbuf, recvbuf, op, straggler, algorithm, settings) -> Args:
     reducible = bytes_as_unsigned_char(src, out, op, in_place)
     if out.datatype.is_predefined:     # the same error, whichever path runs (host or device)
         check_op(op, reducible[1].datatype)
-    route = _device.route(src, out, op, needs_kernel=name != "native")
-    if name != "native" or route != "host":     # MPI gets our Messages, not the caller's specs
+    route = _device.route(src, out, op, needs_kernel=name != NATIVE)
+    if name != NATIVE or route != "host":     # MPI gets our Messages, not the caller's specs
         src, out = reducible
     signature = (requested, str(policy), in_place, out.count, out.datatype.Get_size(),
                  _type_name(out.datatype), _op_name(op))
     return Args(n, policy, sendbuf, recvbuf, op, in_place, out, src, name, signature,
-                name == "native" and settings.timeout is None and route == "host", route)
+                name == NATIVE and settings.timeout is None and route == "host", route)
 
 
 def check_straggler(straggler, n):

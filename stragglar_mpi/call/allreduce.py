@@ -31,6 +31,7 @@ from ..decide.algorithm import for_layout
 from ..memory.buffers import Message
 from ..run import transport as _transport
 from ..run.execute import execute
+from ..schedule.algorithms import NATIVE
 from .record import CallRecord, record
 from .report import log_of
 
@@ -127,7 +128,7 @@ def steps(comm, seq, args, settings, t_call, deadline, turn):
     try:
         name, straggler, tracked = yield from _decide(seq, args, deadline)
         timed, how = _tuning.picked(seq)   # a run of auto's measurements (decide/tuning.py)
-        transport = None if name == "native" else _transport.name(settings)
+        transport = None if name == NATIVE else _transport.name(settings)
         t_p1, first = yield from execute(comm, seq, name, straggler, args, transport, deadline, turn)
     except (Pending, Mismatch):
         raise
@@ -156,7 +157,7 @@ def steps(comm, seq, args, settings, t_call, deadline, turn):
 def _decide(seq, args, deadline):
     """Generator: (algorithm, straggler, whether the call is tracked)."""
     name, straggler, before = args.name, None, seq.tracked_seq
-    if name != "native" or deadline:
+    if name != NATIVE or deadline:
         name, straggler = yield from _roles.roles(seq, name, args.policy, args.out.count * args.out.extent,
                                                   args.n, tracked=bool(deadline), deadline=deadline)
     return for_layout(name, seq.topology, straggler), straggler, seq.tracked_seq != before

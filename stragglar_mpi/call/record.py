@@ -5,7 +5,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from ..core.state import peek
-from ..schedule.algorithms import has_roles
+from ..schedule.algorithms import NATIVE, has_roles
 
 
 @dataclass(frozen=True)
@@ -51,7 +51,7 @@ def record(state, rec: CallRecord):
 
 def _last_native_hit(bindings):
     """The compiled entry's last native call, which it counts without a record."""
-    return CallRecord("native", None, bindings.policy, bindings.t_call, bindings.t_call, None,
+    return CallRecord(NATIVE, None, bindings.policy, bindings.t_call, bindings.t_call, None,
                       bindings.t_end, None)
 
 
@@ -67,7 +67,7 @@ def stats(comm) -> dict:
         return {"calls": {}, "last": {}}
     calls, last, bindings = Counter(state.calls), state.last, state.bindings
     if bindings is not None and bindings.native_calls:
-        calls["native"] += bindings.native_calls
+        calls[NATIVE] += bindings.native_calls
         if bindings.last_was_hit:
             last = _last_native_hit(bindings)
     tables = state.arrival_tables()

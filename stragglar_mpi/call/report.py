@@ -33,7 +33,7 @@ from mpi4py import MPI
 from ..core import config as _config
 from ..core.lifetime import PROCESS, REPORT
 from ..core.state import peek
-from ..decide.tuning import candidates
+from ..decide.tuning import STATISTIC, candidates
 from ..schedule.algorithms import STRAGGLER_AWARE
 from ..schedule.tiers import costs
 from ..schedule.units import format_size
@@ -144,8 +144,9 @@ def _measured(log):
              + f" ms; {c['rounds']} round(s), next in {c['next_round_in']} calls)"
              for low, situations in classes.items() for situation, c in situations.items()
              if c["algorithm"] is not None]
-    return (["auto ran what it measured fastest (last entry to last exit, best of its runs), "
-             "per size and the model's choice (synchronous, or a straggler-aware one):"]
+    return ([f"auto ran what it measured fastest (last entry to last exit, "
+             f"{STATISTIC.__name__} of its runs), per size and the model's choice "
+             "(synchronous, or a straggler-aware one):"]
             + lines) if lines else []
 
 

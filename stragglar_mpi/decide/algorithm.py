@@ -13,6 +13,7 @@ Every rank reaches the same answer from the same arguments and layout.
 from __future__ import annotations
 
 from ..core.features import PAIR_TYPES
+from ..schedule.algorithms import AUTO, HIERARCHICAL, HRING, NATIVE, RING, STRAGGLAR
 
 
 def for_arguments(name, n, out, op, settings):
@@ -20,16 +21,16 @@ def for_arguments(name, n, out, op, settings):
     dt = out.datatype
     if (n == 1 or out.count == 0 or out.address == 0 or not op.Is_commutative()
             or dt.handle in PAIR_TYPES or not dt.is_predefined or dt.Get_size() != dt.Get_extent()[1]):
-        return "native"
-    if name == "auto" and out.count * dt.Get_size() < settings.auto_min_bytes:
-        return "native"
+        return NATIVE
+    if name == AUTO and out.count * dt.Get_size() < settings.auto_min_bytes:
+        return NATIVE
     return name
 
 
 def for_layout(name, topology, straggler):
     """``name`` on this layout (decide/topology.py ``Topology``): flat where it has one tier."""
-    if name == "hierarchical" and (topology.flat or len(topology.node(straggler)) < 2):
-        return "stragglar"
-    if name == "hring" and topology.flat:
-        return "ring"
+    if name == HIERARCHICAL and (topology.flat or len(topology.node(straggler)) < 2):
+        return STRAGGLAR
+    if name == HRING and topology.flat:
+        return RING
     return name

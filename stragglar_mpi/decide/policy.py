@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections import Counter
 
 from ..core import config as _config
+from ..schedule.algorithms import BY_NAME, NATIVE, modelled
 from ..schedule.tiers import costs, flat
 
 POLICIES = ("arrival", "predict")   # who plays the straggler, besides a rank given by number
@@ -34,7 +35,7 @@ def expected_gap(history):
 
 #: What "auto" takes when nobody is late enough: the MPI's own AllReduce, or across nodes
 #: our hierarchical ring where the two-tier model prices it below the MPI's.
-SYNCHRONOUS = ("native", "hring")
+SYNCHRONOUS = modelled(roles=False, spans_nodes=True)
 
 
 def synchronous_algorithm(nbytes, tiers=None):
@@ -42,9 +43,13 @@ def synchronous_algorithm(nbytes, tiers=None):
     when the two-tier model prices it below native (the MPI's own, priced as a flat
     ring or recursive halving/doubling at the slower tier)."""
     if tiers is None:
-        return "native"
-    model = _two_tier_model(nbytes, *tiers)
-    return "hring" if model["hring"].post_arrival < model["native"].post_arrival else "native"
+        return NATIVE
+    return _cheapest(_two_tier_model(nbytes, *tiers), SYNCHRONOUS)
+
+
+def _cheapest(model, names, gap=0.0):
+    """The name of least cost after ``gap``; a tie goes to the MPI's own (no schedule)."""
+    return min(names, key=lambda name: (model[name].after(gap), BY_NAME[name].schedule))
 
 
 def auto_algorithm(history, n, nbytes, tiers=None, measured=False):
@@ -57,15 +62,23 @@ def auto_algorithm(history, n, nbytes, tiers=None, measured=False):
     synchronous ones) a straggler-aware one need only come within the margin.
     """
     if n < 3:
-        return "native"
+        return NATIVE
     if not history:
         return synchronous_algorithm(nbytes, tiers)
     if tiers is not None:
         return _auto_two_tier(history, nbytes, *tiers, measured)
     alpha, bandwidth, margin = _config.model()[:3]
     model = flat(n, nbytes, alpha, bandwidth)
-    after_arrival = model["stragglar"].after(expected_gap(history))
-    return "stragglar" if after_arrival * margin < model["native"].post_arrival else "native"
+    return _aware_or(model, modelled(True, False), _cheapest(model, modelled(False, False)),
+                     expected_gap(history), margin)
+
+
+def _aware_or(model, aware, sync, gap, margin, within=False):
+    """The cheapest of ``aware`` after ``gap`` if it beats ``sync`` by ``margin`` (or with
+    ``within``, comes within it), else ``sync``."""
+    best = _cheapest(model, aware, gap)
+    cost, against = model[best].after(gap), model[sync].post_arrival
+    return best if (cost < against * margin if within else cost * margin < against) else sync
 
 
 def priced(history, n, nbytes, tiers=None) -> dict:
@@ -102,9 +115,7 @@ def _auto_two_tier(history, nbytes, topology, links, measured=False):
     margin = _config.model()[2]
     model = _two_tier_model(nbytes, topology, links)
     gap = expected_gap(history)
-    sync = "hring" if model["hring"].post_arrival < model["native"].post_arrival else "native"
     late = predict_straggler(history, len(topology.node_of))
-    candidates = ["stragglar"] + (["hierarchical"] if len(topology.node(late)) > 1 else [])
-    best = min(candidates, key=lambda name: model[name].after(gap))
-    cost, against = model[best].after(gap), model[sync].post_arrival
-    return best if (cost < against * margin if measured else cost * margin < against) else sync
+    # a schedule that needs the nodes needs a second rank on the straggler's node
+    aware = modelled(True, spans_nodes=len(topology.node(late)) > 1)
+    return _aware_or(model, aware, _cheapest(model, SYNCHRONOUS), gap, margin, measured)

@@ -79,6 +79,8 @@ SLOWER = 2.0          # a candidate this much slower than the fastest sits out e
 WIDE = 2.5            # a candidate the model prices this much above the cheapest is not timed
 GROWTH = 2.0          # a straggler delay this much longer than at the last round: measure again
 SYNCHRONOUS = "synchronous"   # the situation of calls whose model choice is synchronous
+#: A candidate's time from its runs (the report names it: ``STATISTIC.__name__``).
+STATISTIC = statistics.median
 
 AGREEMENT = "auto's agreement on its measured times (nobody late)"
 
@@ -88,8 +90,9 @@ def candidates(spans_nodes: bool) -> tuple:
     hierarchical ring stands for the flat ring, whose every step waits on a link
     between nodes (measured 3.6-3.8x slower than it on 2 emulated nodes of 4); on one
     node (or a rank per node) the flat ring stands for it, as call/allreduce runs it."""
-    skip = "ring" if spans_nodes else "hring"
-    return tuple(a.name for a in TABLE if not a.roles and a.name != skip)
+    skip = ({a.flat for a in TABLE} if spans_nodes
+            else {a.name for a in TABLE if a.layout == "nodes"})
+    return tuple(a.name for a in TABLE if not a.roles and a.name not in skip)
 
 
 def size_class(nbytes: int) -> int:
@@ -126,8 +129,8 @@ def recheck_order(names: tuple, times: dict, rested: tuple = ()) -> tuple:
 
 
 def timings(runs: dict) -> dict:
-    """Seconds of each candidate: the median of its runs' (last exit - last entry)."""
-    return {name: statistics.median(times) for name, times in runs.items()}
+    """Seconds of each candidate: STATISTIC of its runs' (last exit - last entry)."""
+    return {name: STATISTIC(times) for name, times in runs.items()}
 
 
 def close_order(times: dict, names: tuple) -> tuple:

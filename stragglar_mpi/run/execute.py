@@ -12,7 +12,7 @@ from mpi4py import MPI
 from ..memory import device as _device
 from ..memory.host import HOST
 from ..core.errors import Mismatch, Pending
-from ..schedule.algorithms import CHUNKED
+from ..schedule.algorithms import CHUNKED, NATIVE
 from . import staged as _staged
 from . import transport as _transport
 from .native import native
@@ -42,7 +42,7 @@ def _execute(comm, seq, name, straggler, args, transport, deadline, turn, stagin
         with _staged.Staging(seq, args, whole=name not in CHUNKED) as staged:
             return (yield from execute(comm, seq, name, straggler, staged.args, transport,
                                        deadline, turn, staged))
-    if name == "native":
+    if name == NATIVE:
         yield from native(comm, seq, args, MEMORY[args.route], deadline, turn)
         return None, None
     turn.release()                # no collective in what follows

@@ -30,6 +30,7 @@ from .plan import Plan, compile_rounds
 from ..schedule import PHASE1, phase1, rank_view, verify
 from ..schedule import hierarchical as _two_tier
 from ..schedule.tiers import pieces as model_pieces
+from ..schedule.algorithms import HIERARCHICAL, HRING
 
 #: Up to this many ranks a process verifies both whole two-tier schedules once per
 #: (nodes, straggler, pieces); above, it builds only its own slice of each (the tests
@@ -54,10 +55,10 @@ def program(seq, name, straggler, args):
     comm, out = seq.private, args.out
     key = (comm.Get_rank(), out.count, out.extent, args.in_place,
            exactly_commutative(args.op, out.datatype))
-    if name == "hierarchical":
+    if name == HIERARCHICAL:
         nodes = seq.topology.nodes
         return _hierarchical(nodes, straggler, *key, pieces_of(seq, out.count * out.extent))
-    if name == "hring":
+    if name == HRING:
         return _hring(seq.topology.nodes, *key)
     return _flat(name, comm.Get_size(), straggler, *key, out.datatype.handle)
 

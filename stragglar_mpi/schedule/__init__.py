@@ -4,7 +4,7 @@ from __future__ import annotations
 import functools
 
 from .classic import direct, rhd, ring
-from .algorithms import ALGORITHMS, PHASE1
+from .algorithms import ALGORITHMS, DIRECT, PHASE1, RHD, RING, STRAGGLAR
 from .model import Schedule, ScheduleError, Transfer, chunk_bounds
 from .simulate import Simulation, simulate
 from .stragglar import lower_bound_rounds, rank_rounds, synthesize
@@ -20,13 +20,13 @@ __all__ = [
 @functools.lru_cache(maxsize=32)
 def build(algorithm: str, n: int, straggler: int | None = None) -> Schedule:
     """The verified schedule of ``algorithm`` for ``n`` ranks (ring and rhd ignore ``straggler``)."""
-    if algorithm == "stragglar":
+    if algorithm == STRAGGLAR:
         # A relabelling cannot break a verified schedule: only the canonical one is checked.
         _verified_canonical(n)
         return synthesize(n, straggler)
-    if algorithm == "direct":
+    if algorithm == DIRECT:
         schedule = direct(n, straggler)
-    elif algorithm in ("ring", "rhd"):
+    elif algorithm in (RING, RHD):
         return _build_classic(algorithm, n)
     else:
         raise ScheduleError(f"unknown algorithm {algorithm!r}; expected one of {ALGORITHMS}")
@@ -51,7 +51,7 @@ def _is_field(n: int) -> bool:
 def verified_rounds(algorithm: str, n: int, straggler: int | None = None) -> int:
     """Rounds of the verified schedule; for StragglAR with the default straggler
     without building a whole schedule for a power of two (the field form)."""
-    if algorithm != "stragglar":
+    if algorithm != STRAGGLAR:
         return len(build(algorithm, n, straggler).rounds)
     rounds = _verified_canonical(n)
     if straggler is not None and straggler != n - 1:
@@ -70,7 +70,7 @@ def rank_view(algorithm: str, n: int, straggler: int | None, rank: int):
     n: ``rank_rounds`` verifies what it slices (the canonical schedule up to 256, one
     checked pass of the NumPy greedy above).
     """
-    if algorithm != "stragglar":
+    if algorithm != STRAGGLAR:
         chunks, slices = _slices(algorithm, n, straggler)
         return chunks, slices[rank]
     straggler = n - 1 if straggler is None else straggler
@@ -103,4 +103,4 @@ def _slices(algorithm: str, n: int, straggler: int | None):
 
 @functools.lru_cache(maxsize=32)
 def _build_classic(algorithm: str, n: int) -> Schedule:
-    return verify(ring(n) if algorithm == "ring" else rhd(n))
+    return verify(ring(n) if algorithm == RING else rhd(n))

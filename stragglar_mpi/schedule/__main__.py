@@ -9,8 +9,6 @@
         --size 1GiB --alpha 3us --bandwidth 450GiB/s
     python -m stragglar_mpi.schedule simulate --node-size 8 --n 16,32,128,1024 --size 1GiB \\
         --alpha 3us --bandwidth 450GB/s --alpha-inter 5us --bandwidth-inter 50GB/s
-    python -m stragglar_mpi.schedule staged --n 8 --size 64MiB --piece 4MiB \\
-        --alpha 3us --bandwidth 25GB/s --copy-bandwidth 50GB/s
 """
 from __future__ import annotations
 
@@ -21,6 +19,8 @@ import time
 from pathlib import Path
 
 from . import ALGORITHMS, ScheduleError, build, lower_bound_rounds, simulate, verified_rounds
+from .algorithms import (BY_NAME, DIRECT, HIERARCHICAL, HRING, RING, STRAGGLAR,
+                         TOPOLOGY_ALGORITHMS)
 from .units import parse_bandwidth, parse_size, parse_time  # noqa: F401  (the tests read them here too)
 
 def parse_ns(text: str) -> list[int]:
@@ -67,7 +67,7 @@ def cmd_show(args) -> int:
     return 0
 
 
-_TOPOLOGY = ("hierarchical", "hring")
+_TOPOLOGY = TOPOLOGY_ALGORITHMS
 
 
 def _layout(n: int, k: int, layout: str) -> tuple:
@@ -84,7 +84,7 @@ def _two_tier_schedule(args, n: int):
     from .hierarchical import hierarchical, hring, phase1
     from .verify import verify
     nodes = _layout(n, args.node_size, args.layout)
-    if args.algorithm == "hring":
+    if args.algorithm == HRING:
         return verify(hring(nodes))
     straggler = n - 1 if args.straggler is None else args.straggler
     make = phase1 if args.phase == 1 else hierarchical
@@ -97,7 +97,7 @@ def cmd_verify(args) -> int:
         start = time.perf_counter()
         excess = {}
         for n in args.n:
-            stragglers = range(n) if args.every_straggler and algorithm in ("stragglar", "direct") else [None]
+            stragglers = range(n) if args.every_straggler and BY_NAME[algorithm].roles else [None]
             for straggler in stragglers:
                 try:
                     rounds = verified_rounds(algorithm, n, straggler)
@@ -105,7 +105,7 @@ def cmd_verify(args) -> int:
                     failures += 1
                     print(f"FAIL {algorithm} n={n} straggler={straggler}: {exc}")
                     continue
-            if algorithm == "stragglar":
+            if algorithm == STRAGGLAR:
                 excess[n] = rounds - lower_bound_rounds(n)
         elapsed = time.perf_counter() - start
         print(f"{algorithm}: verified n in {_compact(args.n)} in {elapsed:.2f} s")
@@ -130,7 +130,7 @@ def _compact(ns: list[int]) -> str:
 def cmd_simulate(args) -> int:
     if args.node_size:
         return _simulate_tiers(args)
-    names = ["ring", "rhd", "direct", "stragglar"]
+    names = _NAMES
     cost = (args.size, args.alpha, args.bandwidth)
     print(f"size={args.size:.0f} B alpha={args.alpha:g} s bandwidth={args.bandwidth:.4g} B/s; "
           f"times in ms, speedup = ring / stragglar")
@@ -154,12 +154,16 @@ def _table(names, ns, cost, delay_of, field) -> None:
         delay = delay_of(n)
         arrivals = [0.0] * (n - 1) + [delay]
         times = {a: getattr(simulate(build(a, n), *cost, arrivals), field) for a in names}
-        speedup = times["ring"] / times["stragglar"] if times["stragglar"] else float("nan")
+        speedup = times[RING] / times[STRAGGLAR] if times[STRAGGLAR] else float("nan")
         print(f"{n:>5} {delay * 1e3:>9.3f} " + " ".join(f"{times[a] * 1e3:>10.4f}" for a in names)
               + f" {speedup:>8.2f}")
 
 
-_FLAT_NAMES = ("stragglar", "rhd", "ring")
+#: The simulate table's columns: the synchronous schedules, then the straggler-aware
+#: ones, StragglAR last (the speedup is ring / stragglar).
+_NAMES = tuple(sorted(ALGORITHMS, key=lambda a: (BY_NAME[a].roles, a == STRAGGLAR)))
+#: Beside hierarchical across nodes: the flat schedules but direct, StragglAR first.
+_FLAT_NAMES = tuple(a for a in reversed(_NAMES) if a != DIRECT)
 
 
 def _simulate_tiers(args) -> int:
@@ -186,19 +190,19 @@ def _simulate_tiers(args) -> int:
         late, prompt, extra = {}, {}, {}
         extra["W"] = pieces = _pieces(m, k, args.size, links)
         extra["floor"] = floor(m, k, args.size, args.bandwidth, b2)
-        late["hring"] = prompt["hring"] = model["hring"].post_arrival
-        for name in ("hierarchical",) + _FLAT_NAMES:
-            schedule = _hierarchical(m, k, pieces) if name == "hierarchical" else build(name, n)
+        late[HRING] = prompt[HRING] = model[HRING].post_arrival
+        for name in (HIERARCHICAL,) + _FLAT_NAMES:
+            schedule = _hierarchical(m, k, pieces) if name == HIERARCHICAL else build(name, n)
             sim = simulate(schedule, args.size, args.alpha, args.bandwidth, [0.0] * (n - 1) + [1e3],
                            tiers)
             late[name] = sim.post_arrival
-            if name == "hierarchical":
+            if name == HIERARCHICAL:
                 extra["phase1"] = sim.phase1_end
             prompt[name] = simulate(schedule, args.size, args.alpha, args.bandwidth, None, tiers).finish
         rows.append((m, late, prompt, extra))
     _print_late(rows, k)
     print("\nno straggler (everyone arrives at 0; time to finish):")
-    names = ("hierarchical", "hring") + _FLAT_NAMES
+    names = (HIERARCHICAL, HRING) + _FLAT_NAMES
     print(f"{'nodes':>5} {'n':>5} " + " ".join(f"{a:>12}" for a in names))
     for m, _, times, _ in rows:
         print(f"{m:>5} {m * k:>5} " + " ".join(f"{times[a] * 1e3:>12.3f}" for a in names))
@@ -217,30 +221,15 @@ def _hierarchical(m, k, pieces):
 
 def _print_late(rows, k) -> None:
     print("\nstraggler late enough to hide phase 1 (time after it arrives; phase 1 = its length):")
-    head = ("W", "hierarchical", "phase 1", "hring", "floor", "hier/hring", "p1/hring", "hier/floor")
+    head = ("W", HIERARCHICAL, "phase 1", HRING, "floor", "hier/hring", "p1/hring", "hier/floor")
     print(f"{'nodes':>5} {'n':>5} " + " ".join(f"{h:>12}" for h in head)
           + " " + " ".join(f"{a:>10}" for a in _FLAT_NAMES))
     for m, late, _, extra in rows:
-        h, p1, ring, lo = late["hierarchical"], extra["phase1"], late["hring"], extra["floor"]
+        h, p1, ring, lo = late[HIERARCHICAL], extra["phase1"], late[HRING], extra["floor"]
         cells = [f"{extra['W']:>12}"] + [f"{t * 1e3:>12.3f}" for t in (h, p1, ring, lo)]
         cells += [f"{r:>12.2f}" for r in (h / ring, p1 / ring, h / lo)]
         print(f"{m:>5} {m * k:>5} " + " ".join(cells) + " "
               + " ".join(f"{late[a] * 1e3:>10.3f}" for a in _FLAT_NAMES))
-
-
-def cmd_staged(args) -> int:
-    """Staged StragglAR (device buffers, MPI not CUDA-aware): post-arrival, before and after."""
-    from .staging import staged
-    print(f"size={args.size:.0f} B piece (before)={args.piece:.0f} B alpha={args.alpha:g} s "
-          f"bandwidth={args.bandwidth:.4g} B/s copy={args.copy_bandwidth:.4g} B/s; ms after the "
-          "straggler arrives")
-    print(f"{'n':>5} {'pieces':>7} {'before':>10} {'after':>10} {'speedup':>8} {'ring':>10} "
-          f"{'phase 2':>10} {'copy':>8}")
-    for n in args.n:
-        m = staged(n, args.size, args.piece, args.alpha, args.bandwidth, args.copy_bandwidth)
-        print(f"{n:>5} {m.pieces:>7} {m.before * 1e3:>10.3f} {m.after * 1e3:>10.3f} "
-              f"{m.before / m.after:>8.2f} {m.ring * 1e3:>10.3f} {m.phase2 * 1e3:>10.3f} {m.copy * 1e3:>8.3f}")
-    return 0
 
 
 def cmd_search(args) -> int:
@@ -262,8 +251,8 @@ def cmd_search(args) -> int:
 
 
 def _greedy(n: int, seed: int) -> list:
-    from .stragglar import _greedy_rounds
-    return _greedy_rounds(n, seed)
+    from .augmenting import greedy_rounds
+    return greedy_rounds(n, seed)
 
 
 def main(argv=None) -> int:
@@ -272,7 +261,7 @@ def main(argv=None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     show = sub.add_parser("show", help="print a schedule round by round (or as JSON)")
     show.add_argument("--n", type=parse_ns, required=True, help="ranks: 8, 4,8 or 2..16")
-    show.add_argument("--algorithm", default="stragglar", choices=ALGORITHMS + _TOPOLOGY)
+    show.add_argument("--algorithm", default=STRAGGLAR, choices=ALGORITHMS + _TOPOLOGY)
     show.add_argument("--straggler", type=int, default=None, help="late rank (default n-1)")
     show.add_argument("--node-size", type=int, default=0,
                       help="ranks per node (hierarchical, hring)")
@@ -308,18 +297,6 @@ def main(argv=None) -> int:
     sim.add_argument("--bandwidth-inter", type=parse_bandwidth, default=None,
                      help="bandwidth between nodes, e.g. 50GB/s (default: --bandwidth)")
     sim.set_defaults(run=cmd_simulate)
-    stage = sub.add_parser("staged", help="model of staged StragglAR (MPI not CUDA-aware): "
-                                          "post-arrival time per piece pipeline, before and after")
-    stage.add_argument("--n", type=parse_ns, default=parse_ns("8"))
-    stage.add_argument("--size", type=parse_size, default=parse_size("64MiB"))
-    stage.add_argument("--piece", type=parse_size, default=parse_size("4MiB"),
-                       help="the piece of the old staged path (one host AllReduce each)")
-    stage.add_argument("--alpha", type=parse_time, default=parse_time("3us"))
-    stage.add_argument("--bandwidth", type=parse_bandwidth, default=parse_bandwidth("25GB/s"),
-                       help="the network between the ranks' host memories")
-    stage.add_argument("--copy-bandwidth", type=parse_bandwidth, default=parse_bandwidth("50GB/s"),
-                       help="host-device copies, each direction (PCIe 5 x16: about 50GB/s)")
-    stage.set_defaults(run=cmd_staged)
     search = sub.add_parser("search", help="search greedy seeds for n that miss the bound")
     search.add_argument("--n", type=parse_ns, required=True)
     search.add_argument("--tries", type=_positive_int, default=100, help="seeds to try per n")

@@ -6,6 +6,7 @@ so comparisons between algorithms compare schedules, not implementations.
 from __future__ import annotations
 
 from .model import Schedule, ScheduleError, Transfer, gc_paused
+from .algorithms import DIRECT, RHD, RING
 
 __all__ = ["ring", "rhd", "direct"]
 
@@ -27,7 +28,7 @@ def _ring(n: int) -> Schedule:
         tuple(Transfer(i, (i + 1) % n, (i + 1 - k) % n) for i in range(n))
         for k in range(n - 1)
     ]
-    return Schedule("ring", n, None, n, reduce_scatter + allgather)
+    return Schedule(RING, n, None, n, reduce_scatter + allgather)
 
 
 def rhd(n: int) -> Schedule:
@@ -48,7 +49,7 @@ def _rhd(n: int) -> Schedule:
     fold = _whole_buffers([(2 * k, 2 * k + 1) for k in range(extra)], p, True)
     unfold = _whole_buffers([(2 * k + 1, 2 * k) for k in range(extra)], p, False)
     rounds = [fold] + _halving(members, p) + _doubling(members, p) + [unfold]
-    return Schedule("rhd", n, None, p, [rnd for rnd in rounds if rnd])
+    return Schedule(RHD, n, None, p, [rnd for rnd in rounds if rnd])
 
 
 def _whole_buffers(pairs, chunks: int, reduce: bool) -> tuple[Transfer, ...]:
@@ -93,7 +94,7 @@ def direct(n: int, straggler: int | None = None) -> Schedule:
     if not 0 <= straggler < n:
         raise ScheduleError(f"straggler must be in 0..{n - 1}, got {straggler}")
     if n == 1:
-        return Schedule("direct", 1, 0, 1, ())
+        return Schedule(DIRECT, 1, 0, 1, ())
     early = [r for r in range(n) if r != straggler]
     rounds = [(Transfer(early[0], straggler, 0, True), Transfer(straggler, early[0], 0, True))]
     holders, waiting = [straggler, early[0]], early[1:]
@@ -102,7 +103,7 @@ def direct(n: int, straggler: int | None = None) -> Schedule:
         rounds.append(tuple(Transfer(src, dst, 0) for src, dst in pairs))
         holders += [dst for _, dst in pairs]
         waiting = waiting[len(pairs):]
-    return Schedule("direct", n, straggler, 1, rounds)
+    return Schedule(DIRECT, n, straggler, 1, rounds)
 
 
 def _check_n(n: int) -> None:

@@ -1,6 +1,6 @@
-"""StragglAR copies for large n: the round-by-round greedy of ``stragglar.py`` on NumPy.
+"""StragglAR copies for large n: the round-by-round greedy of ``augmenting.py`` on NumPy.
 
-Same rules as ``stragglar._greedy_round`` (newest chunks first; receivers whose
+Same rules as ``augmenting._greedy_round`` (newest chunks first; receivers whose
 unfinished chunks will not need them as senders next round; senders holding few
 unfinished chunks), without the augmenting paths: they cost about n^3 and buy at
 most a round.  Rounds are produced one at a time as (src, dst, chunk) columns, so a

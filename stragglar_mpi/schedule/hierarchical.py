@@ -47,6 +47,7 @@ import functools
 from dataclasses import dataclass
 
 from .model import Schedule, ScheduleError, Transfer, gc_paused
+from .algorithms import HIERARCHICAL, HRING, REDUCE_TO_OWNERS
 
 __all__ = ["hierarchical", "phase1", "hring", "owners_of", "pieces_for", "rounds_of", "spread",
            "rank_rounds"]
@@ -219,7 +220,7 @@ def _phase2(lay: _Layout) -> Schedule:
     n = sum(map(len, lay.nodes))
     with gc_paused():
         rounds = _collect(_phase2_moves(lay, None), rounds_of(len(lay.nodes), lay.pieces))
-    return Schedule("hierarchical", n, lay.straggler, lay.chunks, rounds, lay.owners())
+    return Schedule(HIERARCHICAL, n, lay.straggler, lay.chunks, rounds, lay.owners())
 
 
 def rank_rounds(nodes, straggler: int, rank: int, pieces: int | None = None, phase: int = 2):
@@ -311,7 +312,7 @@ def _phase1(lay: _Layout) -> Schedule:
     n = sum(map(len, lay.nodes))
     with gc_paused():
         rounds = _collect(_phase1_moves(lay, None), _phase1_rounds(lay))
-    return Schedule("reduce_to_owners", n, lay.straggler, lay.chunks, rounds, lay.owners())
+    return Schedule(REDUCE_TO_OWNERS, n, lay.straggler, lay.chunks, rounds, lay.owners())
 
 
 def _contributors(lay: _Layout, v: int, i: int) -> tuple:
@@ -394,7 +395,7 @@ def _hring(nodes) -> Schedule:
         moves = list(_hring_moves(nodes))
         rounds = _collect(moves)
     lanes, m = min(map(len, nodes)), len(nodes)
-    return Schedule("hring", n, None, lanes * m, rounds)
+    return Schedule(HRING, n, None, lanes * m, rounds)
 
 
 def _hring_moves(nodes):

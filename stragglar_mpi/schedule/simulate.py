@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from operator import attrgetter
 
 from .model import Schedule
-from .algorithms import PHASE1
+from .algorithms import PHASE1, REDUCE_TO_OWNERS
 
 __all__ = ["Simulation", "Tiers", "simulate", "phase1_of"]
 
@@ -123,7 +123,7 @@ def _phase1(schedule: Schedule, size: float, alpha: float, beta: float, ready: l
         return max(ready)
     early = schedule.early
     m = len(early)
-    if kind == "reduce_to_owners":
+    if kind == REDUCE_TO_OWNERS:
         first = phase1_of(schedule, tiers) if first is None else first
         if (first.owners, first.chunks, first.straggler) != (schedule.owners, schedule.chunks,
                                                             schedule.straggler):

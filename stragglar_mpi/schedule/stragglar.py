@@ -5,18 +5,22 @@ ReduceScatter of phase 1.  Round r < n-1 always holds the exchange of chunk r
 between S and rank r (both reduce); every other transfer copies a fully
 reduced chunk.  ``synthesize`` relabels for any other straggler.
 
-Three constructions: the field form for powers of two (a proof, O(1) per rank and
-round); the augmenting greedy with its stored seeds up to ``AUGMENTING_MAX``; the
-NumPy greedy (``greedy.py``) above it, checked round by round as it is produced.
+Three constructions, each in its module; this one picks the construction for n, caches
+and relabels it, and slices it per rank: the field form for powers of two (``field.py``,
+a proof, O(1) per rank and round); the augmenting greedy (``augmenting.py``) with its
+stored seeds up to ``AUGMENTING_MAX``; the NumPy greedy (``greedy.py``) above it,
+checked round by round as it is produced.
 """
 from __future__ import annotations
 
 import functools
 import json
-import random
 import time
 from importlib import resources
 
+from .algorithms import STRAGGLAR
+from .augmenting import greedy_rounds
+from .field import exchange, field_rank_rounds, field_round_arrays, field_rounds
 from .model import Schedule, ScheduleError, Transfer, gc_paused
 
 __all__ = ["synthesize", "lower_bound_rounds", "rank_rounds", "copy_blocks", "copy_columns"]
@@ -54,15 +58,15 @@ def _canonical(n: int) -> Schedule:
 
 def _construct(n: int) -> Schedule:
     if n == 1:
-        return Schedule("stragglar", 1, 0, 1, ())
+        return Schedule(STRAGGLAR, 1, 0, 1, ())
     if n & (n - 1) == 0:
-        rounds = _field_rounds(n)
+        rounds = field_rounds(n)
     elif n <= AUGMENTING_MAX:
-        rounds = _as_transfers(_greedy_rounds(n, _seeds().get(n, 0)), n - 1)
+        rounds = _as_transfers(greedy_rounds(n, _seeds().get(n, 0)), n - 1)
     else:
         rounds = _as_transfers((zip(*(col.tolist() for col in cols))
                                 for cols in _numpy_greedy(n)), n - 1)
-    return Schedule("stragglar", n, n - 1, n - 1, rounds)
+    return Schedule(STRAGGLAR, n, n - 1, n - 1, rounds)
 
 
 def _is_field(n: int) -> bool:
@@ -113,7 +117,7 @@ def rank_rounds(n: int, label: int) -> list[tuple[Transfer, ...]]:
     if not 0 <= label < n:
         raise ScheduleError(f"rank must be in 0..{n - 1}, got {label}")
     if _is_field(n):
-        return _field_rank_rounds(n, label)
+        return field_rank_rounds(n, label)
     if n > AUGMENTING_MAX:
         return _streamed_slice(n, label)
     return _slice(n, label)
@@ -177,7 +181,7 @@ def _wanted_copies(block, wanted):
 def _label_rounds(u: int, m: int, count: int, rounds, src, dst, chunk) -> tuple:
     """Label u's transfers in each of ``count`` rounds: the exchange (if its own), its
     send, its receive, from the copies of a few labels (``rounds`` ascending)."""
-    mine = [list(_exchange(t, m, t)) if t < m and u in (t, m) else [] for t in range(count)]
+    mine = [list(exchange(t, m, t)) if t < m and u in (t, m) else [] for t in range(count)]
     with gc_paused():
         for side in (src, dst):
             ours = side == u
@@ -186,14 +190,9 @@ def _label_rounds(u: int, m: int, count: int, rounds, src, dst, chunk) -> tuple:
         return tuple(map(tuple, mine))
 
 
-def _exchange(rank: int, straggler: int, chunk: int) -> tuple[Transfer, Transfer]:
-    """Both ends send and both reduce: partial + raw, the same operands on both sides."""
-    return Transfer(rank, straggler, chunk, True), Transfer(straggler, rank, chunk, True)
-
-
 def _as_transfers(copies_per_round, m: int) -> list[tuple[Transfer, ...]]:
     return [
-        (_exchange(t, m, t) if t < m else ()) + tuple(Transfer(*copy) for copy in copies)
+        (exchange(t, m, t) if t < m else ()) + tuple(Transfer(*copy) for copy in copies)
         for t, copies in enumerate(copies_per_round)
     ]
 
@@ -216,308 +215,14 @@ def best_seed(n: int, tries: int, seconds: float = float("inf")) -> tuple[int, i
     data/seeds.json (``python -m stragglar_mpi.schedule search``).
     """
     deadline = time.monotonic() + seconds
-    best = (0, len(_greedy_rounds(n, 0)))
+    best = (0, len(greedy_rounds(n, 0)))
     for seed in range(1, tries):
         if best[1] == lower_bound_rounds(n) or time.monotonic() > deadline:
             break
-        rounds = _greedy_rounds(n, seed, give_up=best[1] - 1)
+        rounds = greedy_rounds(n, seed, give_up=best[1] - 1)
         if rounds is not None:
             best = (seed, len(rounds))
     return best
-
-
-# ---------------------------------------------------------------------------
-# Powers of two: a binomial pipeline over GF(2^L).
-#
-# Early rank r is the field element alpha^r (alpha primitive), S is 0.  In round
-# t every element v is paired with v + alpha^t, so S meets rank t as StragglAR
-# requires.  Any L consecutive powers of alpha are linearly independent, so the
-# holders of chunk t-j at the start of round t are exactly the coset
-# alpha^(t-j) + span(alpha^(t-j+1) .. alpha^(t-1)): these cosets partition the
-# early ranks, every early rank sends the one unfinished chunk it holds, and a
-# chunk is everywhere L rounds after its exchange.  In the last L-1 rounds S and
-# the ranks whose chunks would not exist double the last chunk instead.
-# ---------------------------------------------------------------------------
-
-def _field_rounds(n: int) -> list[tuple[Transfer, ...]]:
-    L = n.bit_length() - 1
-    m = n - 1
-    pattern = _field_pattern(L)
-    rounds = []
-    for t in range(n - 2 + L):
-        busy = t % m
-        first = _exchange(busy, m, t) if t < m else (Transfer(m, busy, m - 1),)
-        rounds.append(first + tuple(
-            Transfer((t + d) % m, (t + partner) % m, min(t + age, m - 1))
-            for d, partner, age in pattern if t + age >= 0))
-    return rounds
-
-
-def field_round_arrays(n: int):
-    """``_field_rounds(n)`` as NumPy columns, one (src, dst, chunk) triple per round,
-    copies only (round t < n-1 also holds the exchange of chunk t with the straggler)."""
-    import numpy as np
-    L = n.bit_length() - 1
-    m = n - 1
-    d, partner, age = (np.array(col, dtype=np.int64) for col in zip(*_field_pattern(L)))
-    for t in range(n - 2 + L):
-        keep = t + age >= 0
-        src, dst = (t + d[keep]) % m, (t + partner[keep]) % m
-        chunk = np.minimum(t + age[keep], m - 1)
-        if t >= m:
-            src, dst = np.append(src, m), np.append(dst, t % m)
-            chunk = np.append(chunk, m - 1)
-        yield src, dst, chunk
-
-
-def _field_rank_rounds(n: int, u: int) -> list[tuple[Transfer, ...]]:
-    """Rank ``u``'s part of ``_field_rounds(n)``: its offset from the busy rank
-    gives what it sends, the offset of the rank that sends to it what it receives."""
-    L = n.bit_length() - 1
-    m = n - 1
-    send, recv = _field_tables(L)
-    rounds = []
-    for t in range(n - 2 + L):
-        busy = t % m
-        if u == m:
-            rounds.append(_exchange(busy, m, t) if t < m else (Transfer(m, busy, m - 1),))
-            continue
-        d = (u - t) % m
-        if d == 0:
-            rounds.append(_exchange(u, m, t) if t < m else (Transfer(m, u, m - 1),))
-            continue
-        mine = []
-        partner, age = send[d]
-        if t + age >= 0:
-            mine.append(Transfer(u, (t + partner) % m, min(t + age, m - 1)))
-        source, age = recv[d]
-        if t + age >= 0:
-            mine.append(Transfer((t + source) % m, u, min(t + age, m - 1)))
-        rounds.append(tuple(mine))
-    return rounds
-
-
-@functools.lru_cache(maxsize=None)
-def _field_tables(L: int) -> tuple[dict, dict]:
-    """By offset from the busy rank: (partner, -age) it sends to, (source, -age) it hears."""
-    send, recv = {}, {}
-    for d, partner, age in _field_pattern(L):
-        send[d] = (partner, age)
-        recv[partner] = (d, age)
-    return send, recv
-
-
-@functools.lru_cache(maxsize=None)
-def _field_pattern(L: int) -> tuple[tuple[int, int, int], ...]:
-    """(d, partner offset, -age) of the rank d places after the busy one, in any round.
-
-    Rank alpha^(t+d) meets alpha^t + alpha^(t+d) = alpha^(t + Zech(d)) and sends
-    the chunk whose holder coset it lies in, found from the lowest set bit of
-    alpha^(d+L) in the polynomial basis.
-    """
-    power = _powers_of_primitive(L)
-    m = len(power)
-    log = {v: r for r, v in enumerate(power)}
-    return tuple(
-        (d, log[1 ^ power[d]], ((power[(d + L) % m] & -power[(d + L) % m]).bit_length() - 1) - L)
-        for d in range(1, m)
-    )
-
-
-@functools.lru_cache(maxsize=None)
-def _powers_of_primitive(L: int) -> tuple[int, ...]:
-    """alpha^0 .. alpha^(2^L-2) as bit vectors, alpha a root of a primitive polynomial."""
-    size = (1 << L) - 1
-    for poly in range((1 << L) + 1, 1 << (L + 1), 2):
-        powers, x = [], 1
-        for _ in range(size):
-            powers.append(x)
-            x <<= 1
-            if x >> L:
-                x ^= poly
-        if x == 1 and len(set(powers)) == size:
-            return tuple(powers)
-    raise AssertionError(f"no primitive polynomial of degree {L}")  # pragma: no cover
-
-
-# ---------------------------------------------------------------------------
-# Any n: a randomised greedy, one round at a time.
-#
-# Capacity is tight (every early rank must send and receive almost every round),
-# so the greedy mimics the field construction: the newest chunks go first and
-# double; their receivers are ranks whose unfinished chunks will not need them
-# as senders next round (a chunk with more holders than ranks still lacking it
-# after this round releases its holders).  Ties are broken at random; the seed
-# that reaches the fewest rounds for each n is kept in data/seeds.json.
-# ---------------------------------------------------------------------------
-
-def _greedy_rounds(n: int, seed: int = 0, give_up: int | None = None):
-    """Copies (src, dst, chunk) per round; None if more than ``give_up`` rounds are needed."""
-    rng = random.Random(seed)
-    m = n - 1
-    everyone = (1 << m) - 1
-    holds = [0] * m                # chunks each early rank holds fully reduced
-    holders = [0] * m              # early ranks holding each chunk
-    active: list[int] = []         # born chunks that some early rank still lacks
-    rounds = []
-    t = 0
-    while t < m or active:
-        if give_up is not None and t >= give_up:
-            return None
-        copies = _greedy_round(t, m, holds, holders, active, rng)
-        for src, dst, chunk in copies:
-            holds[dst] |= 1 << chunk
-            holders[chunk] |= 1 << dst
-        if t < m:
-            holds[t] |= 1 << t
-            holders[t] |= 1 << t
-            active.append(t)
-        active[:] = [c for c in active if holders[c] != everyone]
-        rounds.append(copies)
-        t += 1
-    return rounds
-
-
-def _greedy_round(t, m, holds, holders, active, rng):
-    everyone = (1 << m) - 1
-    free_send = free_recv = everyone & ~(1 << t) if t < m else everyone
-    straggler_free = t >= m
-    active_mask = sum(1 << c for c in active)
-    committed = _committed(active, holders, free_send, straggler_free, everyone)
-    receivers = _ranked(free_recv, lambda y: (
-        y == t + 1, _popcount(holds[y] & committed), rng.random()))
-    senders = _ranked(free_send, lambda x: (_popcount(holds[x] & active_mask), rng.random()))
-    copies = []
-    for c in reversed(active):
-        lacking = free_recv & ~holders[c]
-        if not lacking:
-            continue
-        xs = senders.first(free_send & holders[c], _popcount(lacking))
-        if straggler_free and len(xs) < _popcount(lacking):
-            xs.append(m)
-            straggler_free = False
-        ys = receivers.first(lacking, len(xs))
-        for x, y in zip(xs, ys):
-            copies.append((x, y, c))
-            free_recv &= ~(1 << y)
-            free_send &= ~(1 << x)
-    return _augment(copies, t, m, holds, holders, active, free_send, straggler_free)
-
-
-def _augment(copies, t, m, holds, holders, active, idle, straggler_idle):
-    """Kuhn's augmenting paths: re-route copies so that idle senders get a receiver too."""
-    everyone = (1 << m) - 1
-    sender_of = {y: (x, c) for x, y, c in copies}
-    held = holds + [sum(1 << c for c in active)]      # the straggler holds every chunk
-    lacking = {c: everyone & ~holders[c] & ~(1 << t) for c in active}
-    seen = 0
-
-    width = (m + 7) // 8
-    lacking_of_byte: dict[tuple[int, int], int] = {}
-
-    def lacking_union(i, byte):
-        """Ranks lacking any of the chunks 8i + (set bits of byte): memoised per round."""
-        key = (i, byte)
-        if key not in lacking_of_byte:
-            lacking_of_byte[key] = functools.reduce(
-                int.__or__, (lacking[8 * i + b] for b in range(8) if byte >> b & 1), 0)
-        return lacking_of_byte[key]
-
-    def reach(x):
-        return reach_of_chunks(held[x] & held[m])
-
-    @functools.lru_cache(maxsize=None)
-    def reach_of_chunks(chunks):
-        """Ranks that lack some of these unfinished chunks."""
-        return functools.reduce(int.__or__, (
-            lacking_union(i, b) for i, b in enumerate(chunks.to_bytes(width, "little")) if b), 0)
-
-    def chunk(x, y):
-        return (held[x] & held[m] & ~holds[y]).bit_length() - 1
-
-    def candidates(x):
-        return reach(x) & ~seen & ~(1 << x)
-
-    def try_send(x):
-        """Depth-first search for an augmenting path from x (an explicit stack: paths
-        can be longer than Python's recursion limit); on success flip its edges."""
-        nonlocal seen
-        stack, path = [[x, candidates(x)]], []
-        while stack:
-            frame = stack[-1]
-            while frame[1]:
-                low = frame[1] & -frame[1]
-                frame[1] ^= low
-                if not seen & low:
-                    break
-            else:
-                stack.pop()
-                if path:
-                    path.pop()
-                continue
-            seen |= low
-            y = low.bit_length() - 1
-            if y not in sender_of:
-                for (sender, _), receiver in zip(stack, path + [y]):
-                    sender_of[receiver] = (sender, chunk(sender, receiver))
-                return True
-            path.append(y)
-            stack.append([sender_of[y][0], candidates(sender_of[y][0])])
-        return False
-
-    for x in _bits(idle) + [m] * straggler_idle:
-        if held[x] & held[m] and try_send(x):
-            seen = 0
-    return [(x, y, c) for y, (x, c) in sender_of.items()]
-
-
-class _ranked:
-    """Ranks in order of preference, to pick the best few of any subset quickly."""
-
-    def __init__(self, mask: int, key):
-        self.order = sorted(_bits(mask), key=key)
-        self.place = {r: i for i, r in enumerate(self.order)}
-
-    def first(self, mask: int, count: int) -> list[int]:
-        """The ``count`` most preferred ranks in ``mask``."""
-        if not mask or not count:
-            return []
-        if _popcount(mask) <= 2 * count or _popcount(mask) * 8 < len(self.order):
-            return sorted(_bits(mask), key=self.place.__getitem__)[:count]
-        chosen = []
-        for r in self.order:
-            if mask >> r & 1:
-                chosen.append(r)
-                if len(chosen) == count:
-                    break
-        return chosen
-
-
-def _committed(active, holders, free_send, straggler_free, everyone) -> int:
-    """Chunks that will still need every holder next round (bitmask)."""
-    mask = 0
-    for c in active:
-        lacking = _popcount(everyone & ~holders[c])
-        sent = min(_popcount(free_send & ~holders[c]),
-                   _popcount(holders[c] & free_send) + straggler_free)
-        if lacking - sent >= _popcount(holders[c]) + sent:
-            mask |= 1 << c
-    return mask
-
-
-_popcount = getattr(int, "bit_count", lambda x: bin(x).count("1"))  # bit_count: Python 3.10+
-
-
-def _bits(mask: int) -> list[int]:
-    """Positions of the set bits, lowest first."""
-    return [i for i, bit in enumerate(bin(mask)[:1:-1]) if bit == "1"]
-
-
-def verify_field(n: int) -> int:
-    """Verify the canonical power-of-two StragglAR schedule without building it; its rounds."""
-    from .model import copy_blocks_of
-    from .verify import check_stragglar_blocks
-    return check_stragglar_blocks(n, copy_blocks_of(field_round_arrays(n)))
 
 
 def verify_canonical(n: int) -> int:

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
+from .algorithms import DIRECT, HIERARCHICAL, HRING, NATIVE, RHD, RING, STRAGGLAR
 
 __all__ = ["Cost", "costs", "flat", "floor", "hierarchical_cost", "pieces"]
 
@@ -123,19 +124,19 @@ def _costs(m, k, s, a1, b1, a2, b2, lanes):
         a2, b2 = a1, b1
     lanes = k if lanes is None else max(1, min(lanes, k))
     out = {
-        "ring": Cost(0.0, 2 * (n - 1) * (a2 + s / n / b2)),
-        "rhd": Cost(0.0, 2 * _log2(n) * a2 + 2 * (n - 1) / n * s / b2),
-        "hring": Cost(0.0, 2 * (k - 1) * (a1 + s / lanes / b1)
+        RING: Cost(0.0, 2 * (n - 1) * (a2 + s / n / b2)),
+        RHD: Cost(0.0, 2 * _log2(n) * a2 + 2 * (n - 1) / n * s / b2),
+        HRING: Cost(0.0, 2 * (k - 1) * (a1 + s / lanes / b1)
                       + 2 * (m - 1) * (a2 + s / (lanes * m) / b2)),
     }
-    out["native"] = min(out["ring"], out["rhd"], key=lambda c: c.post_arrival)
+    out[NATIVE] = min(out[RING], out[RHD], key=lambda c: c.post_arrival)
     if n >= 2:
         step = a2 + s / max(n - 1, 1) / b2
-        out["stragglar"] = Cost((n - 2) * step, (n - 2 + _log2(n)) * step)
-        out["direct"] = Cost(2 * (n - 2) * step, _log2(n) * (a2 + s / b2))
+        out[STRAGGLAR] = Cost((n - 2) * step, (n - 2 + _log2(n)) * step)
+        out[DIRECT] = Cost(2 * (n - 2) * step, _log2(n) * (a2 + s / b2))
     if m > 1 and k > 1:
         w = pieces(m, k, s, a1, b1, a2, b2)
-        out["hierarchical"] = Cost(*hierarchical_cost(m, k, s, a1, b1, a2, b2, w))
+        out[HIERARCHICAL] = Cost(*hierarchical_cost(m, k, s, a1, b1, a2, b2, w))
     return out
 
 

@@ -1,5 +1,9 @@
 """Sizes, times and bandwidths from the command line: one parser for every tool.
 
+Every flag takes the same spelling, a number and a unit (``64MiB``, ``3us``, ``450GB/s``);
+a bare number is read in the flag's own unit, which its --help names: seconds and B/s
+for ``parse_time`` / ``parse_bandwidth``, another unit with ``time_in`` / ``bandwidth_in``
+(the benchmark's ms, us and GB/s, so that its scripts keep working).
 Errors are ``argparse.ArgumentTypeError`` so that a bad flag reads as argparse's own.
 """
 from __future__ import annotations
@@ -49,6 +53,17 @@ def parse_time(text: str) -> float:
     return _quantity(text, _TIME_UNITS, "time")
 
 
+def time_in(unit: str):
+    """The parser of a flag whose times are in ``unit`` (s, ms, us, ns): '3us', '1.5ms' or
+    a bare number read in ``unit``; the value is returned in ``unit``."""
+    scale = _TIME_UNITS[unit.upper()]
+
+    def parse(text) -> float:
+        return _quantity(str(text), {**_TIME_UNITS, "": scale}, "time") / scale
+    parse.__name__ = f"time in {unit}"
+    return parse
+
+
 _BIT_UNITS = {"b": 1 / 8, "Kb": 1e3 / 8, "Mb": 1e6 / 8, "Gb": 1e9 / 8, "Tb": 1e12 / 8}
 
 
@@ -69,3 +84,17 @@ def parse_bandwidth(text: str) -> float:
         raise argparse.ArgumentTypeError(
             f"bad bandwidth {text!r}: a number and a unit per second, e.g. 450GiB/s, 25GB/s "
             "(bytes) or 100Gb/s (bits)") from None
+
+
+def bandwidth_in(unit: str):
+    """The parser of a flag whose bandwidths are in ``unit`` (e.g. 'GB/s'): '450GB/s',
+    '100Gb/s' or a bare number read in ``unit``; the value is returned in ``unit``."""
+    scale = parse_bandwidth("1" + unit)
+
+    def parse(text) -> float:
+        body = str(text).strip()
+        if re.fullmatch(r"[0-9.eE+-]+", body):
+            return _quantity(body, {"": 1}, "bandwidth", positive=True)
+        return parse_bandwidth(body) / scale
+    parse.__name__ = f"bandwidth in {unit}"
+    return parse

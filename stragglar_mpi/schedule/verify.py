@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import operator
 
-from .algorithms import ALGORITHMS, MULTI_PORT, PHASE1, SCHEDULE_ONLY, TOPOLOGY_ALGORITHMS
+from .algorithms import (ALGORITHMS, DIRECT, MULTI_PORT, ONE_CHUNK, PHASE1, REDUCE_TO_OWNERS, RING,
+                         SCHEDULE_ONLY, STRAGGLAR, TOPOLOGY_ALGORITHMS, WITH_STRAGGLER)
 from .model import CopyBlock, Schedule, ScheduleError, Transfer, gc_paused
 
 try:
@@ -37,19 +38,19 @@ def verify(schedule: Schedule) -> Schedule:
 
 def _verify(schedule: Schedule) -> Schedule:
     _check_header(schedule)
-    if schedule.algorithm == "stragglar" and schedule.n > 2 and _verify_stragglar(schedule):
+    if schedule.algorithm == STRAGGLAR and schedule.n > 2 and _verify_stragglar(schedule):
         return schedule
     state = _precondition(schedule)
     full = (1 << schedule.n) - 1
-    one_chunk = schedule.algorithm in ("stragglar", "hierarchical")
+    one_chunk = schedule.algorithm in ONE_CHUNK
     for r, rnd in enumerate(schedule.rounds):
         columns = _columns(rnd)
-        if schedule.algorithm in MULTI_PORT + ("reduce_to_owners",):
+        if schedule.algorithm in MULTI_PORT + SCHEDULE_ONLY:
             _check_multi_port(schedule, r, rnd)
         elif not _ports_ok(schedule, columns, one_chunk):
             _check_ports(schedule, r, rnd, one_chunk)  # finds and names the culprit
         _apply(state, r, columns, full)
-    if schedule.algorithm == "reduce_to_owners":
+    if schedule.algorithm == REDUCE_TO_OWNERS:
         _check_owners(schedule, state)
     else:
         _check_complete(state, full)
@@ -146,15 +147,15 @@ def _check_header(s: Schedule) -> None:
                             f"expected one of {ALGORITHMS + TOPOLOGY_ALGORITHMS + SCHEDULE_ONLY}")
     if s.n < 1:
         raise ScheduleError(f"n must be >= 1, got {s.n}")
-    if s.algorithm in ("stragglar", "direct", "hierarchical", "reduce_to_owners"):
+    if s.algorithm in WITH_STRAGGLER:
         if s.straggler is None or not 0 <= s.straggler < s.n:
             raise ScheduleError(f"{s.algorithm} needs a straggler in 0..{s.n - 1}, got {s.straggler}")
-    expected = {"stragglar": max(s.n - 1, 1), "direct": 1, "ring": s.n}.get(s.algorithm)
+    expected = {STRAGGLAR: max(s.n - 1, 1), DIRECT: 1, RING: s.n}.get(s.algorithm)
     if expected is not None and s.chunks != expected:
         raise ScheduleError(f"{s.algorithm} with n={s.n} has {expected} chunks, got {s.chunks}")
     if s.chunks < 1:
         raise ScheduleError(f"chunks must be >= 1, got {s.chunks}")
-    if "reduce_to_owners" in (s.algorithm, PHASE1.get(s.algorithm)) and (
+    if REDUCE_TO_OWNERS in (s.algorithm, PHASE1.get(s.algorithm)) and (
             len(s.owners) != s.chunks or s.straggler in s.owners
             or not all(0 <= r < s.n for r in s.owners)):
         raise ScheduleError(f"{s.algorithm} needs one owner per chunk, none of them the "
@@ -170,7 +171,7 @@ def _precondition(s: Schedule) -> list[list[int]]:
     if PHASE1[s.algorithm] == "reduce_scatter":
         for c, rank in enumerate(s.early):
             state[rank][c] = early_mask
-    elif PHASE1[s.algorithm] == "reduce_to_owners":
+    elif PHASE1[s.algorithm] == REDUCE_TO_OWNERS:
         for c, rank in enumerate(s.owners):
             state[rank][c] = early_mask
     else:

@@ -56,7 +56,8 @@ def main(argv=None):
         return 0
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    env = dict(os.environ, UCX_TLS="tcp,self", UCX_NET_DEVICES="eth0", MPIR_CVAR_CH4_PROGRESS_THROTTLE="1")
+    env = dict(os.environ, UCX_TLS="tcp,self", UCX_NET_DEVICES="eth0", MPIR_CVAR_CH4_PROGRESS_THROTTLE="1",
+               SMPI_BOX_VENV=args.venv)
     runs = [(s, link, lay, sc) for link in args.links.split(",") for s in args.shapes.split(",")
             for lay in args.layouts.split(",") for sc in args.scenarios.split(",")]
     subprocess.run([BOX, "up", "4"], check=True, stdout=subprocess.DEVNULL)

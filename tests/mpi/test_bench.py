@@ -7,7 +7,7 @@ import tempfile
 import pytest
 from mpi4py import MPI
 
-from stragglar_mpi.bench import _cli, main
+from stragglar_mpi.bench import _args, main
 
 ALL = ["native", "native2", "ring", "rhd", "stragglar", "auto", "bound"]
 
@@ -85,24 +85,24 @@ def test_plot_without_matplotlib_names_the_extra(comm, capsys, monkeypatch):
                                    ["--alpha", "nan"], ["-b", "12Q"]])
 def test_bad_values_are_argparse_errors(flags, capsys):
     with pytest.raises(SystemExit) as info:
-        _cli.parser().parse_args(flags)
+        _args.parser().parse_args(flags)
     assert info.value.code == 2
     assert "error: argument" in capsys.readouterr().err
 
 
 def test_help_works(capsys):
     with pytest.raises(SystemExit) as info:
-        _cli.parser().parse_args(["--help"])
+        _args.parser().parse_args(["--help"])
     assert info.value.code == 0
     assert "--scenario" in capsys.readouterr().out
 
 
 def test_scenario_keeps_explicit_roles(comm):
-    args = _cli.parser().parse_args(["--scenario", "moving", "--roles", "predict"])
-    _cli._apply_scenario(args, 4)
+    args = _args.parser().parse_args(["--scenario", "moving", "--roles", "predict"])
+    _args._apply_scenario(args, 4)
     assert args.roles == "predict" and args.straggler == "random"
-    args = _cli.parser().parse_args(["--scenario", "moving"])
-    _cli._apply_scenario(args, 4)
+    args = _args.parser().parse_args(["--scenario", "moving"])
+    _args._apply_scenario(args, 4)
     assert args.roles == "arrival"
 
 

@@ -7,7 +7,7 @@ from mpi4py import MPI
 
 from stragglar_mpi import Allreduce, stats
 from stragglar_mpi.call.allreduce import state_of
-from stragglar_mpi.bench._cli import relayout
+from stragglar_mpi.bench._sweep import relayout
 from test_allreduce import CASES, bytes_equal_everywhere, contribution, expected, late, mpi_maps
 
 

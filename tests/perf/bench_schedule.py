@@ -18,7 +18,7 @@ import time
 import tracemalloc
 
 from stragglar_mpi.run.plan import compile_rounds
-from stragglar_mpi.schedule import lower_bound_rounds, rank_view, stragglar, synthesize, verify
+from stragglar_mpi.schedule import field, lower_bound_rounds, rank_view, stragglar, synthesize, verify
 from stragglar_mpi.schedule.stragglar import verify_canonical
 from stragglar_mpi.schedule.__main__ import main as cli, parse_ns
 
@@ -27,8 +27,8 @@ COUNT, EXTENT = 1 << 20, 4   # 4 MiB of float32 per call: the plan's size does n
 
 def _clear():
     import stragglar_mpi.schedule as sched
-    for cached in (stragglar._canonical, stragglar._slice, stragglar._field_tables,
-                   stragglar._field_pattern, stragglar._powers_of_primitive,
+    for cached in (stragglar._canonical, stragglar._slice, field._field_tables,
+                   field._field_pattern, field._powers_of_primitive,
                    stragglar._verified_whole, sched._verified_canonical, sched.build):
         cached.cache_clear()
     stragglar._STREAMED.clear()

@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from stragglar_mpi.bench import _cli, _data
+from stragglar_mpi.bench import _args, _data
 
 
 def test_wrong_results_are_counted():
@@ -23,16 +23,27 @@ def test_expected_is_exact(op, dtype):
 
 
 def test_flags_parse():
-    assert [_cli.parse_size(s) for s in ("8", "64K", "256M", "1G", "2MiB")] == \
+    assert [_args.parse_size(s) for s in ("8", "64K", "256M", "1G", "2MiB")] == \
         [8, 65536, 256 << 20, 1 << 30, 2 << 20]
     rng = np.random.default_rng(0)
-    assert _cli.parse_delay("200").draw(rng, 0) == 0.2
-    assert _cli.Delay("fixed", 10, per_mib=2).draw(rng, 4 << 20) == pytest.approx(0.018)
-    assert 0.1 <= _cli.parse_delay("uniform:100:300").draw(rng, 0) <= 0.3
+    assert _args.parse_delay("200").draw(rng, 0) == 0.2
+    assert _args.Delay("fixed", 10, per_mib=2).draw(rng, 4 << 20) == pytest.approx(0.018)
+    assert 0.1 <= _args.parse_delay("uniform:100:300").draw(rng, 0) <= 0.3
     for bad in ("-1", "uniform:1", "gauss:3", "x"):
         with pytest.raises(Exception):
-            _cli.parse_delay(bad)
-    args = _cli.parser().parse_args(["-b", "1M", "-e", "256M", "-n", "20", "--min-iters", "5",
+            _args.parse_delay(bad)
+    args = _args.parser().parse_args(["-b", "1M", "-e", "256M", "-n", "20", "--min-iters", "5",
                                      "--shrink-above", "64M"])
-    assert len(_cli.sizes(args)) == 9
-    assert [_cli.iterations(args, s << 20) for s in (64, 128, 256)] == [20, 10, 5]
+    assert len(_args.sizes(args)) == 9
+    assert [_args.iterations(args, s << 20) for s in (64, 128, 256)] == [20, 10, 5]
+
+
+def test_flags_take_the_schedule_tools_units_and_bare_numbers_in_their_own():
+    """One parser (schedule/units.py): 30ms is 30, 0.003ms is 3 us, 25GB/s is 25."""
+    assert _args.parse_delay("30ms") == _args.parse_delay("30") == _args.parse_delay("0.03s")
+    assert _args.parse_delay("uniform:0.1s:300ms") == _args.parse_delay("uniform:100:300")
+    bare = _args.parser().parse_args(["--alpha", "3", "--bandwidth", "25", "--delay-per-mib", "2"])
+    units = _args.parser().parse_args(["--alpha", "3us", "--bandwidth", "25GB/s", "--delay-per-mib", "2ms"])
+    assert (bare.alpha, bare.bandwidth, bare.delay_per_mib) == (3.0, 25.0, 2.0)
+    assert (units.alpha, units.bandwidth, units.delay_per_mib) == pytest.approx((3.0, 25.0, 2.0))
+    assert _args.parser().parse_args(["--bandwidth", "100Gb/s"]).bandwidth == pytest.approx(12.5)

@@ -1,5 +1,6 @@
 """Every command line refuses bad input with an argparse error (exit 2, no traceback),
 and every command takes --help."""
+import argparse
 import os
 import subprocess
 import sys
@@ -65,3 +66,14 @@ def test_programs_refuse(cmd, words):
     proc = run(cmd)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert words in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_a_bare_number_is_read_in_the_flags_unit():
+    from stragglar_mpi.schedule.units import bandwidth_in, parse_time, time_in
+    assert parse_time("3") == 3.0 and parse_time("3us") == pytest.approx(3e-6)
+    assert time_in("us")("3") == 3.0 and time_in("us")("0.003ms") == pytest.approx(3.0)
+    assert time_in("ms")("1s") == 1000.0
+    assert bandwidth_in("GB/s")("5") == 5.0 and bandwidth_in("GB/s")("450GB/s") == pytest.approx(450.0)
+    for bad in ("nan", "-1", "3 parsec"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            time_in("us")(bad)

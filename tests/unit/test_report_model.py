@@ -25,7 +25,7 @@ def test_report_with_either_form_of_the_model(model):
 
 
 def test_the_bench_header_names_every_host():
-    from stragglar_mpi.bench._cli import _where
+    from stragglar_mpi.bench._sweep import _where
     assert _where({"host": "n1", "ranks": 8, "hosts": {"n1": 4, "n2": 4}}) == "2 hosts: n1 (4), n2 (4)"
     assert _where({"host": "vm", "ranks": 2, "hosts": {"vm": 2}}) == "vm"
     assert _where({"host": "vm", "ranks": 2}) == "vm"            # a JSON file from before

@@ -301,7 +301,7 @@ def test_rank_view_is_the_slice_of_the_relabelled_schedule(algorithm, n):
 
 
 def test_field_verifier_every_power_of_two_to_4096():
-    from stragglar_mpi.schedule.stragglar import verify_field
+    from stragglar_mpi.schedule.field import verify_field
     for L in range(2, 13):
         assert verify_field(1 << L) == lower_bound_rounds(1 << L)
 
