@@ -93,12 +93,12 @@ def test_test_reports_completion_and_status(comm):
     assert request.Test()                    # a completed (null) request tests true
 
 
-def test_persistent_request_started_1000_times_with_a_random_late_rank(comm):
+def test_persistent_request_started_1000_times_with_a_random_late_rank(comm, world):
     """1000 starts at 3 and 4 ranks (both transports), 100 at the other sizes: the suite
     runs this file at six sizes and two transports, and 1000 starts at 8 ranks take half
     a minute on a 2-core machine."""
     n, rank = comm.Get_size(), comm.Get_rank()
-    starts = 1000 if MPI.COMM_WORLD.Get_size() in (3, 4) else 100    # launches, not pieces
+    starts = 1000 if world.Get_size() in (3, 4) else 100     # the launch's size, not a piece's
     rng = random.Random(18)                            # the same draws on every rank
     send = np.zeros(257, np.float64)
     recv = np.zeros(257, np.float64)
