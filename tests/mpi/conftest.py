@@ -41,7 +41,7 @@ _made = {}
 def split_of(world):
     """Two pieces the formulas hold on: the ranks r with r % 3 == 2 and the others (3 ranks:
     2+1, 4: 3+1, 5: 4+1, 8: 6+2; 1 or 2 ranks: one piece), each numbered in the reverse
-    order of COMM_WORLD's: a piece is neither a prefix of COMM_WORLD nor in its order."""
+    of their order in COMM_WORLD."""
     rank = world.Get_rank()
     return world.Split(int(rank % 3 == 2), world.Get_size() - rank)
 
@@ -62,7 +62,7 @@ def kind_of(item):
     if item.get_closest_marker("timeouts"):     # timed at 4 ranks, in a launch of their own:
         return "world"                          # on COMM_WORLD, as a job meets them
     spec = getattr(item, "callspec", None)
-    if spec is not None and "comm" in spec.params:        # @every_comm, any_comm
+    if spec is not None and "comm" in spec.params:        # @pytest.mark.every_comm
         return spec.params["comm"]
     case = sum(spec.indices.values()) if spec is not None else 0
     return KINDS[(case + WORLD.Get_size()) % len(KINDS)]
