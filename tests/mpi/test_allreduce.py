@@ -145,6 +145,7 @@ def test_random_floats_bitwise_identical_on_every_rank(comm, algo, opname):
         np.testing.assert_allclose(recv, ref, rtol=1e-12, atol=1e-12)
 
 
+@pytest.mark.every_comm
 def test_buffer_spec_forms(comm):
     n, rank = comm.Get_size(), comm.Get_rank()
     count = 2 * n + 3
@@ -166,6 +167,7 @@ def test_buffer_spec_forms(comm):
         assert not recv[untouched].any()
 
 
+@pytest.mark.every_comm
 def test_explicit_mpi_datatypes(comm):
     n, rank = comm.Get_size(), comm.Get_rank()
     pairs = [(MPI.INT8_T, "b"), (MPI.UINT16_T, "H"), (MPI.INT32_T, "i"), (MPI.UINT64_T, "Q"),
@@ -185,6 +187,7 @@ def test_explicit_mpi_datatypes(comm):
     np.testing.assert_array_equal(recv, ref)
 
 
+@pytest.mark.every_comm
 def test_user_defined_commutative_op(comm):
     n, rank = comm.Get_size(), comm.Get_rank()
 
@@ -207,6 +210,7 @@ def test_user_defined_commutative_op(comm):
         op.Free()
 
 
+@pytest.mark.every_comm
 def test_non_commutative_op_and_pair_types_take_native_path(comm):
     n, rank = comm.Get_size(), comm.Get_rank()
 
@@ -246,6 +250,7 @@ def test_other_communicators(any_comm):
     np.testing.assert_array_equal(recv, expected(n, send.size, "l", "SUM"))
 
 
+@pytest.mark.every_comm
 def test_comm_subclass_is_drop_in(comm):
     c = stragglar_mpi.Comm(comm)
     n, rank = c.Get_size(), c.Get_rank()
@@ -264,6 +269,7 @@ def test_comm_subclass_is_drop_in(comm):
         made.Free()
 
 
+@pytest.mark.every_comm
 def test_stats_report_calls_and_phases(comm):
     c = comm.Dup()
     try:
@@ -283,6 +289,7 @@ def test_stats_report_calls_and_phases(comm):
         c.Free()
 
 
+@pytest.mark.every_comm
 def test_user_point_to_point_is_never_matched_by_ours(comm):
     n, rank = comm.Get_size(), comm.Get_rank()
     if n == 1:

@@ -1,4 +1,4 @@
-"""The benchmark end to end on a tiny sweep, in-process on COMM_WORLD (every rank runs it)."""
+"""The benchmark end to end on a tiny sweep, in-process on ``comm`` (every rank of it runs it)."""
 import json
 import os
 import shutil
@@ -71,6 +71,7 @@ def test_bad_command_lines_are_refused_before_any_work(comm, capsys, flags, word
         assert words in capsys.readouterr().err
 
 
+@pytest.mark.every_comm
 def test_plot_without_matplotlib_names_the_extra(comm, capsys, monkeypatch):
     if comm.Get_size() < 2:
         pytest.skip("the benchmark needs 2 ranks")

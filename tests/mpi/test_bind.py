@@ -137,6 +137,7 @@ def test_more_buffers_than_bindings_stay_correct(comm):
         c.Free()
 
 
+@pytest.mark.every_comm
 def test_comm_allreduce_shares_the_bindings(comm):
     c = Comm(comm.Dup())
     try:
@@ -150,6 +151,7 @@ def test_comm_allreduce_shares_the_bindings(comm):
         c.Free()
 
 
+@pytest.mark.every_comm
 def test_a_native_hit_runs_compiled_and_counts(comm, monkeypatch, setenv):
     from stragglar_mpi.run import execute as _execute
     c = comm.Dup()
@@ -175,6 +177,7 @@ def test_a_native_hit_runs_compiled_and_counts(comm, monkeypatch, setenv):
         c.Free()
 
 
+@pytest.mark.every_comm
 def test_settings_read_again_by_configure_take_effect(comm, setenv):
     c = comm.Dup()
     try:
@@ -196,6 +199,7 @@ def test_settings_read_again_by_configure_take_effect(comm, setenv):
         c.Free()
 
 
+@pytest.mark.every_comm
 def test_changing_the_environment_alone_changes_nothing(comm, monkeypatch):
     send, recv = filled(comm, 16), np.empty(16, np.float32)
     Allreduce(comm, send, recv, algorithm="ring")
@@ -204,6 +208,7 @@ def test_changing_the_environment_alone_changes_nothing(comm, monkeypatch):
     assert stats(comm)["last"]["algorithm"] == ("ring" if comm.Get_size() > 1 else "native")
 
 
+@pytest.mark.every_comm
 def test_a_receive_buffer_made_read_only_raises_again(comm):
     send, recv = filled(comm, 16), np.empty(16, np.float32)
     Allreduce(comm, send, recv, algorithm="stragglar")
@@ -213,6 +218,7 @@ def test_a_receive_buffer_made_read_only_raises_again(comm):
         Allreduce(comm, send, recv, algorithm="stragglar")
 
 
+@pytest.mark.every_comm
 def test_a_changed_dtype_or_size_behind_the_same_object_is_seen(comm):
     send, recv = filled(comm, 32, "i"), np.zeros(32, np.int32)
     Allreduce(comm, send, recv, algorithm="stragglar")
@@ -228,6 +234,7 @@ def test_a_changed_dtype_or_size_behind_the_same_object_is_seen(comm):
     np.testing.assert_array_equal(recv, want(comm, 4096))
 
 
+@pytest.mark.every_comm
 def test_other_buffer_objects(comm):
     recv = array.array("f", bytes(4 * 8))
     for shift in range(3):
@@ -239,6 +246,7 @@ def test_other_buffer_objects(comm):
     assert out == bytearray(b"\x01" * 8)
 
 
+@pytest.mark.every_comm
 def test_zero_size_and_null_buffers_as_in_mpi4py(comm):
     Allreduce(comm, [None, MPI.INT], [None, MPI.INT])
     Allreduce(comm, [None, 0, MPI.INT], [None, 0, MPI.INT], MPI.MAX)
@@ -286,6 +294,7 @@ def test_bad_specs_raise_what_mpi4py_raises(comm, case):
             assert str(ours.value) == str(theirs.value)
 
 
+@pytest.mark.every_comm
 def test_read_only_numpy_receive_buffer_raises_buffer_error(comm):
     ro = np.ones(4, np.float32)
     ro.flags.writeable = False
@@ -293,6 +302,7 @@ def test_read_only_numpy_receive_buffer_raises_buffer_error(comm):
         Allreduce(comm, np.ones(4, np.float32), ro)
 
 
+@pytest.mark.every_comm
 def test_stats_is_local_and_never_creates_the_state(comm):
     c = comm.Dup()
     try:

@@ -26,8 +26,8 @@ PATHS = ["staged", "aware"]
 
 
 @pytest.fixture(autouse=True)
-def small_world(comm):
-    if comm.Get_size() > 4:
+def small_world(world):
+    if world.Get_size() > 4:
         pytest.skip("device tests run at 1-4 ranks (the simulator is slow)")
 
 

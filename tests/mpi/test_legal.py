@@ -109,7 +109,7 @@ def test_persistent_requests_as_mpi4pys(comm):
     for rep in range(REPEAT):
         ours_buf, theirs_buf = np.zeros(300), np.zeros(300)
         ours = Allreduce_init(comm, MPI.IN_PLACE, ours_buf)
-        theirs = MPI.COMM_WORLD.Allreduce_init(MPI.IN_PLACE, theirs_buf) \
+        theirs = MPI.Intracomm.Allreduce_init(comm, MPI.IN_PLACE, theirs_buf) \
             if hasattr(MPI.Comm, "Allreduce_init") and MPI.Get_version() >= (4, 0) else None
         assert ours and isinstance(ours, MPI.Prequest)
         for start in range(3):

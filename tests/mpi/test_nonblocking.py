@@ -36,6 +36,7 @@ def test_iallreduce_gives_the_allreduce_result(any_comm, algorithm):
     assert nonblocking_calls(any_comm) == before + 1
 
 
+@pytest.mark.every_comm
 def test_comm_methods_are_ours_and_in_place_works(comm):
     c = Comm(comm).Dup()
     buf = np.full(64, comm.Get_rank() + 1, np.int32)
@@ -81,6 +82,7 @@ def test_waitall_and_testall_over_ours_and_mpi4pys(any_comm):
     assert not any(ours)
 
 
+@pytest.mark.every_comm
 def test_test_reports_completion_and_status(comm):
     buf = np.ones(2000)
     request = Iallreduce(comm, MPI.IN_PLACE, buf, algorithm="stragglar")
@@ -91,12 +93,12 @@ def test_test_reports_completion_and_status(comm):
     assert request.Test()                    # a completed (null) request tests true
 
 
-def test_persistent_request_started_1000_times_with_a_random_late_rank(comm):
+def test_persistent_request_started_1000_times_with_a_random_late_rank(comm, world):
     """1000 starts at 3 and 4 ranks (both transports), 100 at the other sizes: the suite
     runs this file at six sizes and two transports, and 1000 starts at 8 ranks take half
     a minute on a 2-core machine."""
     n, rank = comm.Get_size(), comm.Get_rank()
-    starts = 1000 if n in (3, 4) else 100
+    starts = 1000 if world.Get_size() in (3, 4) else 100     # the launch's size, not a piece's
     rng = random.Random(18)                            # the same draws on every rank
     send = np.zeros(257, np.float64)
     recv = np.zeros(257, np.float64)
@@ -116,6 +118,7 @@ def test_persistent_request_started_1000_times_with_a_random_late_rank(comm):
         assert stats(comm)["last"]["algorithm"] == "stragglar"
 
 
+@pytest.mark.every_comm
 def test_startall_over_ours_and_mpi4pys_and_restarts(comm):
     n = comm.Get_size()
     a, b = np.ones(100), np.ones(100)
@@ -166,6 +169,7 @@ def test_waiting_for_the_straggler_takes_no_gil(comm):
     assert resumes[1] <= max(resumes[0], resumes[2]), resumes
 
 
+@pytest.mark.every_comm
 def test_cancel_never_removes_an_operation(comm):
     """Cancel does nothing, queued or started: the operation completes normally on every
     rank and its status is not cancelled (an outcome that depended on whether it had
@@ -202,6 +206,7 @@ def test_cancel_of_a_started_operation_does_nothing(comm):
     assert not status.Is_cancelled() and np.all(buf == n)
 
 
+@pytest.mark.every_comm
 def test_free_of_requests_in_flight(comm):
     n = comm.Get_size()
     freed = np.ones(300)
@@ -220,6 +225,7 @@ def test_free_of_requests_in_flight(comm):
     assert np.all(freed == n) and call.error is None and started.error is None
 
 
+@pytest.mark.every_comm
 def test_bad_arguments_raise_at_the_call_on_every_rank(comm):
     with pytest.raises(ValueError, match="mismatch in send count"):
         Iallreduce(comm, np.ones(3), np.ones(4))
@@ -287,6 +293,7 @@ def test_on_done_runs_once_the_result_is_in_the_buffer(any_comm):
     assert late[0][0] is None and late[0][2] is threading.current_thread()   # ended: here
 
 
+@pytest.mark.every_comm
 def test_on_done_gets_the_error_of_the_operation_on_every_rank(comm):
     n, rank = comm.Get_size(), comm.Get_rank()
     if n == 1:
@@ -304,6 +311,7 @@ def test_on_done_gets_the_error_of_the_operation_on_every_rank(comm):
     c.Free()
 
 
+@pytest.mark.every_comm
 def test_device_buffers(comm):
     cuda = pytest.importorskip("numba.cuda")
     n = comm.Get_size()

@@ -49,11 +49,11 @@ def decided(arrivals, lead):
     return call is not None and call.decision is not None
 
 
-def test_arrival_roles_follow_the_late_rank(comm):
+def test_arrival_roles_follow_the_late_rank(comm, world):
     n = comm.Get_size()
     c = comm.Dup()
     try:
-        heavy = n == 4 and os.environ.get("STRAGGLAR_TRANSPORT", "cython") == "cython"
+        heavy = world.Get_size() == 4 and os.environ.get("STRAGGLAR_TRANSPORT", "cython") == "cython"
         iters = 1000 if heavy else 30
         rng = np.random.default_rng(2024)          # same draws on every rank
         count = 4 * n + 3
@@ -289,6 +289,7 @@ def test_auto_measures_its_straggler_aware_choice_against_the_synchronous_ones(c
         c.Free()
 
 
+@pytest.mark.every_comm
 def test_bad_policy_names_raise_before_any_message(comm):
     with pytest.raises(ValueError, match="arrival"):
         Allreduce(comm, np.ones(4), np.ones(4), straggler="last")

@@ -34,6 +34,7 @@ def needs(n, comm):
         pytest.skip(f"needs {n} ranks")
 
 
+@pytest.mark.every_comm
 def test_validation_names_the_rank_with_another_count(comm):
     needs(2, comm)
     n, rank = comm.Get_size(), comm.Get_rank()
@@ -45,6 +46,7 @@ def test_validation_names_the_rank_with_another_count(comm):
     assert "differ across ranks" in text and "count" in text and f"ranks {n - 1}: 11" in text
 
 
+@pytest.mark.every_comm
 def test_validation_names_the_rank_with_another_algorithm_or_op(comm):
     needs(2, comm)
     rank = comm.Get_rank()
@@ -56,6 +58,7 @@ def test_validation_names_the_rank_with_another_algorithm_or_op(comm):
             Allreduce(comm, np.ones(8), np.ones(8), MPI.MAX if rank == 0 else MPI.SUM)
 
 
+@pytest.mark.every_comm
 def test_bad_buffer_on_one_rank_raises_everywhere(comm):
     needs(2, comm)
     rank = comm.Get_rank()
@@ -71,6 +74,7 @@ def test_bad_buffer_on_one_rank_raises_everywhere(comm):
                 Allreduce(comm, np.ones(8), recv)
 
 
+@pytest.mark.every_comm
 def test_validation_passes_good_calls_through(comm):
     n = comm.Get_size()
     with env(STRAGGLAR_VALIDATE=1):
@@ -81,7 +85,8 @@ def test_validation_passes_good_calls_through(comm):
 
 
 @pytest.mark.parametrize("algo", ["stragglar", "ring", "hierarchical"])
-def test_timeout_names_the_missing_rank_and_the_phase(comm, algo):
+def test_timeout_names_the_missing_rank_and_the_phase(world, algo):
+    comm = world              # a timeout: on COMM_WORLD only (tests/mpi/conftest.py)
     needs(2, comm)
     n, rank = comm.Get_size(), comm.Get_rank()
     c = comm.Dup()            # this communicator's library state is unusable afterwards
@@ -543,6 +548,7 @@ def test_count_mismatch_raises_never_wrong_data(comm, algo):
     assert all("the message from rank" in t and "plan expects" in t for _, t in sized), sized
 
 
+@pytest.mark.every_comm
 def test_validation_survives_any_exception_type(comm):
     """mpi4py raises KeyError for [x, "float64"]: the rank still takes part; the others
     raise naming it, at any length of its error text."""
@@ -565,6 +571,7 @@ def test_validation_survives_any_exception_type(comm):
     assert np.all(recv == comm.Get_size())
 
 
+@pytest.mark.every_comm
 def test_validation_names_ops(comm):
     needs(2, comm)
     with env(STRAGGLAR_VALIDATE=1):
@@ -573,6 +580,7 @@ def test_validation_names_ops(comm):
 
 
 # --- communicators the library does not run on --------------------------------------------
+@pytest.mark.every_comm
 def test_intercommunicators_take_the_native_path(comm):
     needs(2, comm)
     from stragglar_mpi import Comm

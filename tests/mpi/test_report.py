@@ -67,6 +67,7 @@ def test_untracked_calls_record_nothing(comm):
         c.Free()
 
 
+@pytest.mark.every_comm
 def test_report_before_any_call_is_empty_and_local(comm):
     c = comm.Dup()
     try:

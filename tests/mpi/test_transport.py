@@ -18,6 +18,7 @@ def test_installed_package_loads_the_compiled_extensions():
         assert "site-packages" in _allreduce._entry.__file__, _allreduce._entry.__file__
 
 
+@pytest.mark.every_comm
 def test_point_to_point_round_trip_through_the_extension(comm):
     n, rank = comm.Get_size(), comm.Get_rank()
     if n == 1:
@@ -29,6 +30,7 @@ def test_point_to_point_round_trip_through_the_extension(comm):
     assert got == bytes((peer + i) % 256 for i in range(1000))
 
 
+@pytest.mark.every_comm
 def test_transport_named_in_stats(comm):
     import numpy as np
     from stragglar_mpi import Allreduce, stats
