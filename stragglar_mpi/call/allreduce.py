@@ -197,6 +197,10 @@ def _timed_out(seq, pending, timeout):
     return StragglerTimeout(message, missing=missing, phase=phase, peers=pending.peers)
 
 
+# The package's one registration point (docs/ARCHITECTURE.md): the compiled entry is handed
+# the Python pieces it falls back to (the state's key, the call, the bound run, Message),
+# config tells it when settings change, and it becomes ``Allreduce``.  Nothing else in the
+# package rebinds another module's attributes at import.
 if _entry is not None:
     _entry.init(KEYVAL, _call, _run_bound, Message)
     _config.on_configure(_entry.set_epoch)
