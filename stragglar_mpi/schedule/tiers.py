@@ -44,13 +44,12 @@ from .algorithms import DIRECT, HIERARCHICAL, HRING, NATIVE, RHD, RING, STRAGGLA
 
 __all__ = ["Cost", "costs", "flat", "floor", "hierarchical_cost", "pieces"]
 
-#: Pieces are never cut smaller than this many bytes (small buffers stay one piece).  Every
-#: piece is a round of every lane, and a round costs more than a message's latency where
-#: a node's CPUs are busy: 4 hosts of 2 ranks at 1 Gbit/s a host (tests/cluster/box, 2
-#: shared cores), 16 MiB took 188-196 ms after the arrival with 16 pieces of 1 MiB, 216
-#: with 8, 224-292 with 32 and 53 (256 KiB, the model's choice without this floor);
-#: docs/LINKS.md.
-MIN_PIECE = 1 << 20
+#: Pieces are never cut smaller than this many bytes (small buffers stay one piece).  The
+#: model has no per-round CPU cost: where a node's CPUs are busy a round costs more than a
+#: message's latency, and fewer, larger pieces win (docs/LINKS.md: 16 pieces of 1 MiB took
+#: 188-196 ms where the model's 53 took 224 on the box's 4 hosts at 1 Gbit/s); a floor of
+#: 1 MiB there made the model prefer hring at 4-8 MiB on fast links, so it stays 256 KiB.
+MIN_PIECE = 256 << 10
 MAX_PIECES = 64
 
 

@@ -292,7 +292,7 @@ def test_auto_across_nodes_follows_the_two_tier_model(monkeypatch):
 def test_a_measured_auto_tries_a_straggler_aware_choice_within_the_margin(monkeypatch):
     """Where the model prices hierarchical level with hring (one link per host: 2 hosts of
     4 sharing 1 Gbit/s each), the unmeasured choice keeps hring (it must win by the margin)
-    and the measured one takes hierarchical into its round (it need only come within it);
+    and the measured one takes hierarchical into its round (policy.MEASURED_SLACK);
     nobody late, both keep hring."""
     from stragglar_mpi.decide.arrival import Arrival
     from stragglar_mpi.decide.policy import _two_tier_model, auto_algorithm
