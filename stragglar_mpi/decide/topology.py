@@ -55,31 +55,36 @@ def discover(comm):
     return Topology(nodes, node_of), node
 
 
-def measure(comm, topology, small=8, large=1 << 20, lane=2 << 20, reps=3, bulk_reps=3):
+#: The setup's link measurement: message sizes of the latency and bandwidth ping-pongs,
+#: the bytes every lane moves at once between nodes, and the repetitions (medians).
+_SMALL, _LARGE, _LANE_BYTES, _REPS = 8, 1 << 20, 2 << 20, 3
+
+
+def measure(comm, topology):
     """Links measured by ping-pong: local ranks 0 and 1 of the first node that has two
     (inside a node), and between nodes 0 and 1 every lane at once (local rank j of
-    one with local rank j of the other, ``lane`` bytes each): a node's ranks share its
+    one with local rank j of the other, ``_LANE_BYTES`` each): a node's ranks share its
     link(s) to the others, as hring's and hierarchical's lanes do, so the figure is a
     lane's bandwidth while every lane is busy: with one NIC per node, the link's rate
     over the lanes; with one NIC per rank, a NIC's (a link's burst, e.g. a token
-    bucket's, is a small part of ``lane`` times the lanes).  The latency between nodes
+    bucket's, is a small part of ``_LANE_BYTES`` times the lanes).  The latency between nodes
     is one pair's.  The figures are shared by an allreduce, so every rank holds the same ones.
     Collective."""
     rank = comm.Get_rank()
     figures = np.zeros(3)
     intra = _intra_pair(topology)
     if intra is not None and rank in intra:
-        figures[0:2] = _pingpong(comm, _other(intra, rank), rank == intra[0], small, large, reps)
+        figures[0:2] = _pingpong(comm, _other(intra, rank), rank == intra[0], _SMALL, _LARGE, _REPS)
     comm.Barrier()
     lanes = _lanes(topology)
     if lanes and rank in lanes[0]:
-        figures[2] = _best_trip(comm, _other(lanes[0], rank), rank == lanes[0][0], small, reps)
-    trips = _bulk(comm, lanes, lane, bulk_reps) if lanes else np.zeros(0)
+        figures[2] = _best_trip(comm, _other(lanes[0], rank), rank == lanes[0][0], _SMALL, _REPS)
+    trips = _bulk(comm, lanes, _LANE_BYTES, _REPS) if lanes else np.zeros(0)
     shared = np.empty(3 + len(trips))
     wait([comm.Iallreduce(np.concatenate([figures, trips]), shared, MPI.MAX)])
     a1, b1, a2 = shared[:3].tolist()
     if lanes:       # the slowest rank's times, their median; the first one warms the path
-        b2 = lane / max(float(np.median(shared[4:])) - a2, 1e-9)
+        b2 = _LANE_BYTES / max(float(np.median(shared[4:])) - a2, 1e-9)
     else:
         a2, b2 = a1, b1
     if not b1:

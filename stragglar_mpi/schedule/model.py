@@ -158,14 +158,14 @@ class CopyBlock(NamedTuple):
 BLOCK_COPIES = 1 << 18
 
 
-def copy_blocks_of(rounds, copies: int = BLOCK_COPIES):
+def copy_blocks_of(rounds):
     """(src, dst, chunk) columns per round, from round 0 on, as ``CopyBlock``s of about
-    ``copies`` copies each."""
+    ``BLOCK_COPIES`` copies each."""
     part, held, first = [], 0, 0
     for cols in rounds:
         part.append(cols)
         held += len(cols[0])
-        if held >= copies:
+        if held >= BLOCK_COPIES:
             yield _merged(first, part)
             first, part, held = first + len(part), [], 0
     if part:
