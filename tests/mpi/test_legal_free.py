@@ -4,6 +4,7 @@
 then ``Wait``: the result is exactly mpi4py's, on every rank, 20 times in a row; the
 library's communicators and arrival tables are freed once the last operation has ended
 (core/state.py ``hold``/``unhold``).  Runs at any world size, 1 included."""
+import threading
 import time
 
 import numpy as np
@@ -129,3 +130,22 @@ def test_free_right_after_init_and_during_setup(comm):
     assert np.all(buf == 1.0), "a freed persistent request wrote its buffer"
     unreleased = [s for s in states if s is not None and not released(s)]
     assert same_everywhere(comm, not unreleased), f"{len(unreleased)} states never freed"
+
+
+def test_setups_of_nonblocking_first_calls_run_one_at_a_time(comm):
+    """Nonblocking first calls on 20 new communicators in a row: their setups (which
+    make communicators) run on at most one thread of the library at any time, in call
+    order (core/setup.py; 30 side by side hung Intel MPI), and every sum is right."""
+    comms = [comm.Dup() for _ in range(20)]
+    bufs = [values(comm, 100, k) for k in range(20)]
+    want = [expected(comm, b) for b in bufs]
+    requests, most = [], 0
+    for c, b in zip(comms, bufs):
+        requests.append(Iallreduce(c, MPI.IN_PLACE, b))
+        most = max(most, sum(t.name == "stragglar_mpi setup" for t in threading.enumerate()))
+    for r in requests:
+        r.Wait()
+    for c in comms:
+        c.Free()
+    assert most <= 1, f"{most} setup threads at once"
+    assert all(np.array_equal(b, w) for b, w in zip(bufs, want))
