@@ -69,7 +69,7 @@ def state_of(comm, deadline=0.0):
 
 def begin_state(comm, deadline=0.0, blocking=False):
     """The state for a nonblocking call: ``state_of``, but a new one's setup is started
-    at the call and finished by the setup thread, in call order (core/setup.py ``begin_setup``)."""
+    at the call and finished on a thread (core/setup.py ``begin_setup``)."""
     return begin_setup(comm, deadline, _entry.Bindings if _entry else None, _roles.setup, blocking)
 
 

@@ -7,13 +7,16 @@ ranks that did not come; then ``Idup`` waited with the deadline; once it complet
 every member is in the setup, so the key broadcast and what the higher rooms make here
 (``collective``: the arrival tables, the topology) follow at once.  A nonblocking
 first call posts the presence messages and the ``Idup`` at the call (in call order),
-and the process's setup thread finishes the setups in that order (``begin_setup``).
+and a thread finishes the setup (``begin_setup``).
 
-One thread, in call order: what the setups finish makes communicators (``Dup``,
-``Split_type``), and an MPI agrees on their context ids among the threads that make
-them at once.  Thirty setup threads doing so together (100 ``Dup`` + ``Iallreduce`` in
-a row, mpi/test_legal_free.py) hung Intel MPI 2021 for good on a loaded machine; one at
-a time, in the order every rank posted them, they cannot wait on each other crosswise.
+What a setup finishes makes communicators (``Dup``, ``Split_type``), and the MPI agrees on
+their context ids among the threads that make them at once.  On MPICH each setup has a
+thread of its own, so first calls made in different orders on different ranks (legal for
+nonblocking collectives on different communicators) still meet.  Intel MPI 2021 hung for
+good with thirty such threads at once (100 ``Dup`` + ``Iallreduce`` in a row on a loaded
+machine, mpi/test_legal_free.py; docs/MPIS.md): there one thread finishes the setups, one
+at a time, in call order (``_ONE_AT_A_TIME``), so first calls on new communicators must
+come in the same order on every rank, as blocking ones must.
 """
 from __future__ import annotations
 
@@ -124,8 +127,9 @@ def setup_state(comm, deadline=0.0, bindings=None, collective=None) -> State:
 def begin_setup(comm, deadline=0.0, bindings=None, collective=None, blocking=False) -> State:
     """The state of ``comm`` for a nonblocking call: an existing one, or a new one whose
     setup the call starts (presence messages and Idup posted now, in call order) and a
-    setup thread finishes, in call order; its ``ready`` is set when it is over.  ``blocking``:
-    finish it here instead (an MPI whose Idup must complete before the next collective)."""
+    thread finishes (on Intel MPI one thread, in call order); its ``ready`` is set when
+    it is over.  ``blocking``: finish it here instead (an MPI whose Idup must complete
+    before the next collective)."""
     release_freed()
     state = comm.Get_attr(KEYVAL)
     if state is not None:
@@ -144,9 +148,22 @@ def begin_setup(comm, deadline=0.0, bindings=None, collective=None, blocking=Fal
             state.unhold()
     if blocking:
         rest()
-    else:
+    elif _ONE_AT_A_TIME:
         _QUEUE.put(rest)
+    else:
+        _start("setup", rest)
     return state
+
+
+def _start(kind, target):
+    thread = threading.Thread(target=target, daemon=True, name="stragglar_mpi setup")
+    PROCESS.register(kind, thread)           # the exit waits for it (_join_setups)
+    thread.start()
+    return thread
+
+
+#: Intel MPI: the setups run one at a time, in call order (the module's docstring).
+_ONE_AT_A_TIME = MPI.get_vendor()[0] == "Intel MPI"
 
 
 class _Queue:
@@ -160,10 +177,7 @@ class _Queue:
         with self.lock:
             self.jobs.append(job)
             if self.thread is None:
-                self.thread = threading.Thread(target=self._drain, daemon=True,
-                                               name="stragglar_mpi setup")
-                PROCESS.register("setup", self.thread)   # the exit waits for it (_join_setups)
-                self.thread.start()
+                self.thread = _start("setup", self._drain)
 
     def _drain(self):
         while True:
@@ -173,10 +187,6 @@ class _Queue:
                     return
                 job = self.jobs.popleft()
             job()
-
-    def unfinished(self):
-        with self.lock:
-            return len(self.jobs) + (self.thread is not None)
 
 
 _QUEUE = _Queue()
@@ -218,7 +228,8 @@ def _join_setups():
     stuck = [t for t in PROCESS.live("setup") if t.is_alive()]
     if stuck:
         sys.stderr.write(f"stragglar_mpi: rank {MPI.COMM_WORLD.Get_rank()} exits with "
-                         f"{_QUEUE.unfinished()} communicator setup(s) still running after "
+                         f"{len(stuck) + len(_QUEUE.jobs)} communicator "
+                         "setup(s) still running after "
                          f"{bound:g} s (STRAGGLAR_EXIT_TIMEOUT): a rank that never made "
                          "the communicator's first call?; exiting with status 1\n")
         sys.stderr.flush()

@@ -12,7 +12,7 @@ and owns its lanes and turns (core/turns.py); core/setup.py makes and sets it up
 
 Freeing a communicator with operations pending (MPI: they complete normally): each
 nonblocking operation holds its state from its call (``hold``, the caller's thread) to
-its end (``unhold``, the progress thread), and so does a setup on the setup thread.  The user's
+its end (``unhold``, the progress thread), and so does a setup on its thread.  The user's
 ``Free`` (the attribute's delete callback, ``free``) with holds outstanding only marks
 the state; the last ``unhold`` frees the library's communicators and arrival tables
 then.  States are freed in the order the user freed them (the same on every rank), never
@@ -54,7 +54,7 @@ class State(Sequence):
         self.turns = Turns()
         self.lock = threading.Lock()      # the counters: blocking calls and the progress thread
         self.ready = threading.Event()    # set once the setup is over (well or not)
-        self.setup_error = None           # what a setup on the setup thread raised
+        self.setup_error = None           # what a setup on a thread raised
         self._holds = 0                   # operations (and a setup thread) not yet ended: hold()
         self.to_free = False              # the user freed the communicator (free)
         self.freed = False                # the library's communicators are freed (or kept for good)
