@@ -1,11 +1,13 @@
 """algorithm="hierarchical" on emulated nodes (tests/test_mpi.py launches this file with
 MPIR_CVAR_NUM_CLIQUES=K: rank r on node r mod K), in the cyclic layout the cliques
 give and in the block layout a renumbering Split makes.  On one node it runs flat."""
+import io
+
 import numpy as np
 import pytest
 from mpi4py import MPI
 
-from stragglar_mpi import Allreduce, stats
+from stragglar_mpi import Allreduce, report, stats
 from stragglar_mpi.call.allreduce import state_of
 from stragglar_mpi.bench._sweep import relayout
 from test_allreduce import CASES, bytes_equal_everywhere, contribution, expected, late, mpi_maps
@@ -117,7 +119,13 @@ def test_auto_takes_a_straggler_aware_algorithm_across_nodes(setenv):
         assert recv[0] == n and recv[-1] == n
         ran.append(stats(comm)["last"].get("algorithm"))
     topo = state_of(comm).topology
+    text = report(comm, file=io.StringIO(), root=None)    # the five-value model prices "saved"
     comm.Free()
+    if n > 1:
+        assert " 0 recorded calls" not in text and " recorded calls" in text, text
+        priced = ("between nodes alpha 3e-05 s, bandwidth 8e+08 B/s" if not topo.flat
+                  else "STRAGGLAR_MODEL: alpha 1e-05 s, bandwidth 3e+09 B/s")
+        assert priced in text, text
     if n < 3:
         return
     if topo.flat:
