@@ -109,7 +109,7 @@ class _Spec:
             self.device = _cuda.numba_cuda().get_current_device().id
         timeout = self.settings.timeout
         self.state = _allreduce.begin_state(comm, MPI.Wtime() + timeout if timeout else 0.0,
-                                            blocking=_IDUP_INTERFERES)
+                                            blocking=_SETUP_AT_THE_CALL)
 
     def _own_types(self, spec):
         """``spec`` with each derived datatype replaced by a duplicate of ours, freed with
@@ -356,7 +356,13 @@ class Prequest(_Ops, MPI.Prequest):
 #: after it (open-mpi/ompi#2025; seen here as MPI_ERR_TRUNCATE in a native Iallreduce and a
 #: hang).  There the first nonblocking call on a communicator finishes its setup before
 #: it returns: it waits until every rank has made that call.
-_IDUP_INTERFERES = MPI.get_vendor()[0] == "Open MPI"
+# A first nonblocking call finishes its communicator's setup before it returns (so first
+# calls on new communicators must come in the same order on every rank, as blocking ones
+# must).  Open MPI: its Idup can meet the next collective (open-mpi/ompi#2025).  Intel MPI
+# 2021: a setup thread making communicators while the caller posts the next calls' Idups
+# hung it for good (20 or 100 new communicators in a row, mpi/test_legal_free.py at 4
+# ranks, docs/MPIS.md), with one setup thread as with thirty.
+_SETUP_AT_THE_CALL = MPI.get_vendor()[0] in ("Open MPI", "Intel MPI")
 
 
 def _close():

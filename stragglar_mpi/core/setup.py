@@ -7,16 +7,8 @@ ranks that did not come; then ``Idup`` waited with the deadline; once it complet
 every member is in the setup, so the key broadcast and what the higher rooms make here
 (``collective``: the arrival tables, the topology) follow at once.  A nonblocking
 first call posts the presence messages and the ``Idup`` at the call (in call order),
-and a thread finishes the setup (``begin_setup``).
-
-What a setup finishes makes communicators (``Dup``, ``Split_type``), and the MPI agrees on
-their context ids among the threads that make them at once.  On MPICH each setup has a
-thread of its own, so first calls made in different orders on different ranks (legal for
-nonblocking collectives on different communicators) still meet.  Intel MPI 2021 hung for
-good with thirty such threads at once (100 ``Dup`` + ``Iallreduce`` in a row on a loaded
-machine, mpi/test_legal_free.py; docs/MPIS.md): there one thread finishes the setups, one
-at a time, in call order (``_ONE_AT_A_TIME``), so first calls on new communicators must
-come in the same order on every rank, as blocking ones must.
+and a thread of its own finishes the setup (``begin_setup``), except on the MPIs where
+the call finishes it (``blocking``: call/requests.py ``_SETUP_AT_THE_CALL``).
 """
 from __future__ import annotations
 
@@ -24,7 +16,6 @@ import os
 import sys
 import threading
 import time
-from collections import deque
 
 from mpi4py import MPI
 
@@ -127,9 +118,8 @@ def setup_state(comm, deadline=0.0, bindings=None, collective=None) -> State:
 def begin_setup(comm, deadline=0.0, bindings=None, collective=None, blocking=False) -> State:
     """The state of ``comm`` for a nonblocking call: an existing one, or a new one whose
     setup the call starts (presence messages and Idup posted now, in call order) and a
-    thread finishes (on Intel MPI one thread, in call order); its ``ready`` is set when
-    it is over.  ``blocking``: finish it here instead (an MPI whose Idup must complete
-    before the next collective)."""
+    thread of its own finishes; its ``ready`` is set when it is over.  ``blocking``:
+    finish it here instead (an MPI whose Idup must complete before the next collective)."""
     release_freed()
     state = comm.Get_attr(KEYVAL)
     if state is not None:
@@ -148,48 +138,11 @@ def begin_setup(comm, deadline=0.0, bindings=None, collective=None, blocking=Fal
             state.unhold()
     if blocking:
         rest()
-    elif _ONE_AT_A_TIME:
-        _QUEUE.put(rest)
     else:
-        _start("setup", rest)
+        thread = threading.Thread(target=rest, daemon=True, name="stragglar_mpi setup")
+        PROCESS.register("setup", thread)      # the exit waits for it (_join_setups)
+        thread.start()
     return state
-
-
-def _start(kind, target):
-    thread = threading.Thread(target=target, daemon=True, name="stragglar_mpi setup")
-    PROCESS.register(kind, thread)           # the exit waits for it (_join_setups)
-    thread.start()
-    return thread
-
-
-#: Intel MPI: the setups run one at a time, in call order (the module's docstring).
-_ONE_AT_A_TIME = MPI.get_vendor()[0] == "Intel MPI"
-
-
-class _Queue:
-    """The setups that nonblocking calls began, finished one at a time in call order by
-    one thread, started when there is work and ending when there is none."""
-
-    def __init__(self):
-        self.jobs, self.lock, self.thread = deque(), threading.Lock(), None
-
-    def put(self, job):
-        with self.lock:
-            self.jobs.append(job)
-            if self.thread is None:
-                self.thread = _start("setup", self._drain)
-
-    def _drain(self):
-        while True:
-            with self.lock:
-                if not self.jobs:
-                    self.thread = None
-                    return
-                job = self.jobs.popleft()
-            job()
-
-
-_QUEUE = _Queue()
 
 
 def _set_up(state, step, done=True):
@@ -228,8 +181,7 @@ def _join_setups():
     stuck = [t for t in PROCESS.live("setup") if t.is_alive()]
     if stuck:
         sys.stderr.write(f"stragglar_mpi: rank {MPI.COMM_WORLD.Get_rank()} exits with "
-                         f"{len(stuck) + len(_QUEUE.jobs)} communicator "
-                         "setup(s) still running after "
+                         f"{len(stuck)} communicator setup(s) still running after "
                          f"{bound:g} s (STRAGGLAR_EXIT_TIMEOUT): a rank that never made "
                          "the communicator's first call?; exiting with status 1\n")
         sys.stderr.flush()
