@@ -351,17 +351,14 @@ class Prequest(_Ops, MPI.Prequest):
             MPI.Request.Free(self)        # its generalized request once the thread completes it
 
 
-#: Open MPI's MPI_Comm_idup posts the later steps of its context-id agreement as it
-#: progresses, so they can meet a collective the caller starts on the same communicator
-#: after it (open-mpi/ompi#2025; seen here as MPI_ERR_TRUNCATE in a native Iallreduce and a
-#: hang).  There the first nonblocking call on a communicator finishes its setup before
-#: it returns: it waits until every rank has made that call.
-# A first nonblocking call finishes its communicator's setup before it returns (so first
-# calls on new communicators must come in the same order on every rank, as blocking ones
-# must).  Open MPI: its Idup can meet the next collective (open-mpi/ompi#2025).  Intel MPI
-# 2021: a setup thread making communicators while the caller posts the next calls' Idups
-# hung it for good (20 or 100 new communicators in a row, mpi/test_legal_free.py at 4
-# ranks, docs/MPIS.md), with one setup thread as with thirty.
+#: Where a first nonblocking call finishes its communicator's setup before it returns
+#: (it waits until every rank has made that call, so first calls on new communicators
+#: must come in the same order on every rank, as blocking ones must).  Open MPI: its
+#: MPI_Comm_idup posts the later steps of its context-id agreement as it progresses, so
+#: they can meet a collective the caller starts after it (open-mpi/ompi#2025; seen here as
+#: MPI_ERR_TRUNCATE in a native Iallreduce, and a hang).  Intel MPI 2021: a setup thread
+#: making communicators while the caller posted the next calls' Idups hung it for good
+#: (new communicators in a row, mpi/test_legal_free.py at 4 ranks; docs/MPIS.md).
 _SETUP_AT_THE_CALL = MPI.get_vendor()[0] in ("Open MPI", "Intel MPI")
 
 
