@@ -133,7 +133,6 @@ def test_free_right_after_init_and_during_setup(comm):
     assert same_everywhere(comm, not unreleased), f"{len(unreleased)} states never freed"
 
 
-
 def test_setups_of_nonblocking_first_calls_in_a_row(comm):
     """Nonblocking first calls on 20 new communicators in a row, every sum right (their
     setups make communicators while the caller posts the next ones' Idups: it hung Intel
