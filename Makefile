@@ -16,7 +16,7 @@
 PYTHON ?= python3
 MPI    ?= mpich
 NP     ?= 4
-SOURCES := setup.py pyproject.toml MANIFEST.in $(shell find stragglar_mpi -name '*.py' -o -name '*.pyx' -o -name '*.pxi' -o -name '*.h' -o -name '*.json' 2>/dev/null)
+SOURCES := setup.py pyproject.toml MANIFEST.in $(shell find stragglar_mpi cython_src -name '*.py' -o -name '*.pyx' -o -name '*.pxi' -o -name '*.h' -o -name '*.json' 2>/dev/null)
 ROOT_OK := $(if $(filter 0,$(shell id -u)),OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1)
 
 ifeq ($(MPI),mpich)
@@ -122,4 +122,4 @@ info: $(VENV)/.installed
 	cd tests && $(abspath $(PY)) -m stragglar_mpi info
 
 clean:
-	rm -rf $(VENV) build *.egg-info stragglar_mpi/*/_*.so stragglar_mpi/*/_*.c
+	rm -rf $(VENV) build *.egg-info stragglar_mpi/*/_*.so

@@ -6,8 +6,11 @@ The compiler wrapper is $MPICC when set (a cluster's own MPI), otherwise the
 wrapper for its flags and compile with the regular compiler, so the same code
 works with MPICH (`-show`) and Open MPI (`--showme`).  No rpath is kept: at run
 time libmpi is the one mpi4py has already loaded (we always import mpi4py first).
-MPI-4 calls are used only where mpi.h says MPI_VERSION >= 4 (stragglar_mpi/run/mpi_compat.h),
+MPI-4 calls are used only where mpi.h says MPI_VERSION >= 4 (cython_src/run/mpi_compat.h),
 so the same sources build against MPI-3.1 libraries (Open MPI 4.1 and 5, ...).
+
+The compiled sources live in cython_src/, a folder per room: cython_src/<room>/<name>.pyx
+builds the module stragglar_mpi.<room>.<name>, its .pxi parts beside it.
 """
 import hashlib
 import os
@@ -46,25 +49,22 @@ def mpi_flags(mpicc):
 
 
 def extensions(flags):
-    """Each Cython source sits in the room it serves: stragglar_mpi/<room>/<name>.pyx
-    builds stragglar_mpi.<room>.<name>, its .pxi parts beside it."""
+    """cython_src/<room>/<name>.pyx -> stragglar_mpi.<room>.<name>."""
     import mpi4py
     from Cython.Build import cythonize
 
-    compat = "stragglar_mpi/run/mpi_compat.h"
-    flags["include_dirs"][:0] = [mpi4py.get_include(), os.path.dirname(compat)]
+    flags["include_dirs"][:0] = [mpi4py.get_include(), "cython_src/run"]
 
-    def extension(path, depends=(), **kw):
-        folder = os.path.dirname(path)
-        parts = sorted(os.path.join(folder, f) for f in os.listdir(folder) if f.endswith(".pxi"))
-        return Extension(path.replace("/", "."), [path + ".pyx"], depends=[*depends, *parts], **kw)
-    exts = [extension(path, [compat], **flags)
-            for path in ("stragglar_mpi/run/_interpreter", "stragglar_mpi/call/_entry")]
-    # The schedule's greedy round and round checker (plain C, no MPI): their NumPy twins
-    # stay in greedy.py and verify.py.
-    exts += [extension(f"stragglar_mpi/schedule/{name}", extra_compile_args=["-O3"])
-             for name in ("_greedy", "_checker")]
-    return cythonize(exts, compiler_directives={"language_level": 3}, quiet=True)
+    def extension(room, name, **kw):
+        folder = os.path.join("cython_src", room)
+        parts = sorted(os.path.join(folder, f) for f in os.listdir(folder) if f.endswith((".pxi", ".h")))
+        return Extension(f"stragglar_mpi.{room}.{name}", [os.path.join(folder, name + ".pyx")],
+                         depends=parts, **kw)
+    exts = [extension("run", "_interpreter", **flags), extension("call", "_entry", **flags)]
+    # The schedule's greedy round and round checker: plain C, no MPI.
+    exts += [extension("schedule", name, extra_compile_args=["-O3"]) for name in ("_greedy", "_checker")]
+    return cythonize(exts, compiler_directives={"language_level": 3}, quiet=True,
+                     build_dir=os.path.join("build", "cython"))
 
 
 def dependencies():

@@ -13,6 +13,10 @@
 # the compiled transport links against.
 from mpi4py import MPI  # noqa: F401
 
+from ._built import require_build
+
+require_build()
+
 from .call.allreduce import Allreduce
 from .call.requests import Allreduce_init, Iallreduce, stats
 from .call.comm import Comm

@@ -35,10 +35,7 @@ from ..schedule.algorithms import NATIVE
 from .record import CallRecord, record
 from .report import log_of
 
-try:
-    from . import _entry
-except ImportError:   # a source checkout without the build: every call is checked in full
-    _entry = None
+from . import _entry
 
 
 def Allreduce(comm, sendbuf, recvbuf, op=MPI.SUM, *, straggler=None, algorithm=None):
@@ -64,13 +61,13 @@ def Allreduce(comm, sendbuf, recvbuf, op=MPI.SUM, *, straggler=None, algorithm=N
 def state_of(comm, deadline=0.0):
     """The communicator's state (core/state.py), set up collectively in its first call: a
     new one gets the compiled entry's bindings and what decide keeps there."""
-    return setup_state(comm, deadline, _entry.Bindings if _entry else None, _roles.setup)
+    return setup_state(comm, deadline, _entry.Bindings, _roles.setup)
 
 
 def begin_state(comm, deadline=0.0, blocking=False):
     """The state for a nonblocking call: ``state_of``, but a new one's setup is started
     at the call and finished on a thread (core/setup.py ``begin_setup``)."""
-    return begin_setup(comm, deadline, _entry.Bindings if _entry else None, _roles.setup, blocking)
+    return begin_setup(comm, deadline, _entry.Bindings, _roles.setup, blocking)
 
 
 def _call(comm, sendbuf, recvbuf, op, straggler, algorithm):
@@ -201,8 +198,7 @@ def _timed_out(seq, pending, timeout):
 # the Python pieces it falls back to (the state's key, the call, the bound run, Message),
 # config tells it when settings change, and it becomes ``Allreduce``.  Nothing else in the
 # package rebinds another module's attributes at import.
-if _entry is not None:
-    _entry.init(KEYVAL, _call, _run_bound, Message)
-    _config.on_configure(_entry.set_epoch)
-    _entry.Allreduce.__doc__ = Allreduce.__doc__
-    Allreduce = _entry.Allreduce  # noqa: F811
+_entry.init(KEYVAL, _call, _run_bound, Message)
+_config.on_configure(_entry.set_epoch)
+_entry.Allreduce.__doc__ = Allreduce.__doc__
+Allreduce = _entry.Allreduce  # noqa: F811

@@ -35,9 +35,8 @@ class Comm(MPI.Intracomm):
         """``Allreduce`` as mpi4py's, run by ``stragglar_mpi.Allreduce`` with its defaults."""
         _allreduce(self, sendbuf, recvbuf, op)
 
-    if _entry is not None:             # the compiled entry itself: no Python frame in between
-        _entry.comm_allreduce.__doc__ = Allreduce.__doc__
-        Allreduce = _entry.comm_allreduce
+    _entry.comm_allreduce.__doc__ = Allreduce.__doc__
+    Allreduce = _entry.comm_allreduce      # the compiled entry itself: no Python frame in between
 
     def Iallreduce(self, sendbuf, recvbuf, op=MPI.SUM):
         """``Iallreduce`` as mpi4py's, run by ``stragglar_mpi.Iallreduce`` with its defaults."""

@@ -45,10 +45,7 @@ from ..run.engine import ENGINE, Operation
 from . import allreduce as _allreduce
 from . import record as _record
 
-try:
-    from ._entry import adopt
-except ImportError:    # a source checkout without the build: no persistent requests
-    adopt = None
+from ._entry import adopt
 
 
 def Iallreduce(comm, sendbuf, recvbuf, op=MPI.SUM, *, straggler=None, algorithm=None):
@@ -67,9 +64,6 @@ def Allreduce_init(comm, sendbuf, recvbuf, op=MPI.SUM, *, straggler=None, algori
     Cancel, Free); arguments are checked once, here."""
     if not _allreduce._supported(comm):
         return MPI.Comm.Allreduce_init(comm, _in_place(sendbuf), recvbuf, op)
-    if adopt is None:
-        raise RuntimeError("stragglar_mpi: Allreduce_init needs the compiled extensions "
-                           "(pip install . builds them)")
     spec = _Spec(comm, (sendbuf, recvbuf, op, straggler, algorithm))
     return Prequest(spec, spec.state.next_lane())
 

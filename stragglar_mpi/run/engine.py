@@ -19,10 +19,7 @@ from collections import deque
 from ..core import config as _config
 from ..core.steps import Wait
 
-try:
-    from . import _interpreter
-except ImportError:   # a source checkout without the build: no progress thread
-    _interpreter = None
+from . import _interpreter
 
 QUEUED, RUNNING, DONE = "queued", "running", "done"
 
@@ -93,9 +90,6 @@ class Engine:
     def submit(self, op):
         """Queue ``op`` behind the operations of its lane."""
         self.check_open()
-        if _interpreter is None:
-            raise RuntimeError("stragglar_mpi: nonblocking calls need the compiled extensions "
-                               "(pip install . builds them)")
         op.engine = self
         with self._cond:
             queue = self._queues.setdefault(op.lane, deque())
@@ -123,7 +117,7 @@ class Engine:
         with self._cond:
             self._closing = True
             self._cond.notify()
-        _interpreter.wake() if _interpreter is not None else None
+        _interpreter.wake()
         if self._thread is None:
             return True
         self._thread.join(bound)

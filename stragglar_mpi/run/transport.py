@@ -12,8 +12,6 @@ extension falls back to it with a one-line warning.
 """
 from __future__ import annotations
 
-import warnings
-
 from mpi4py import MPI
 
 from ..core import config as _config
@@ -25,15 +23,7 @@ from ..core.steps import Wait
 from ..memory.buffers import region
 from .plan import COPY, RECV, REDUCE, SEND
 
-try:
-    from . import _interpreter
-except ImportError as exc:  # a source checkout without the build
-    _interpreter = None
-    _IMPORT_ERROR = exc
-else:
-    _IMPORT_ERROR = None
-
-_warned = []
+from . import _interpreter
 
 
 def name(settings=None) -> str:
@@ -41,12 +31,6 @@ def name(settings=None) -> str:
     choice = (settings or _config.current()).transport
     if choice not in ("cython", "python"):
         raise ValueError(f"STRAGGLAR_TRANSPORT must be 'cython' or 'python', not {choice!r}")
-    if choice == "cython" and _interpreter is None:
-        if not _warned:
-            warnings.warn(f"stragglar_mpi: compiled transport unavailable ({_IMPORT_ERROR}); "
-                          "using the pure-mpi4py transport", RuntimeWarning, stacklevel=3)
-            _warned.append(True)
-        return "python"
     return choice
 
 

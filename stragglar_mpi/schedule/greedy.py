@@ -27,10 +27,7 @@ import numpy as np
 
 from .model import BLOCK_COPIES, CopyBlock, copy_blocks_of
 
-try:
-    from . import _greedy
-except ImportError:     # a source checkout without the build: the NumPy twin below
-    _greedy = None
+from . import _greedy
 
 __all__ = ["copy_blocks", "copy_rounds", "numpy_copy_rounds"]
 

@@ -22,10 +22,7 @@ from .algorithms import (ALGORITHMS, DIRECT, MULTI_PORT, ONE_CHUNK, PHASE1, REDU
                          SCHEDULE_ONLY, STRAGGLAR, TOPOLOGY_ALGORITHMS, WITH_STRAGGLER)
 from .model import CopyBlock, Schedule, ScheduleError, Transfer, gc_paused
 
-try:
-    from . import _checker
-except ImportError:     # a source checkout without the build: the NumPy round check
-    _checker = None
+from . import _checker
 
 __all__ = ["verify", "check_stragglar_blocks", "check_stragglar_copies", "checked_copy_blocks",
            "checked_copy_rounds", "CopyRounds"]

@@ -1,4 +1,4 @@
-"""The compiled entry (stragglar_mpi/call/_entry.pyx): every buffer form, its cache of bindings, mpi4py's errors.
+"""The compiled entry (cython_src/call/_entry.pyx): every buffer form, its cache of bindings, mpi4py's errors.
 
 A call that repeats an earlier one's arguments hits a binding; whatever changes
 between calls (the memory, the count, the datatype, the op, the arguments, the

@@ -3,7 +3,7 @@
     python tests/perf/bench_reduce.py
 
 Compares, for b = a (op) b: MPI.Op.Reduce_local (MPICH's loops), a NumPy ufunc
-with out=, and the compiled transport's typed loops (stragglar_mpi/run/_interpreter.pyx, the
+with out=, and the compiled transport's typed loops (cython_src/run/_interpreter.pyx, the
 path the executor takes for float32/64 and int32/64 with SUM, PROD, MAX, MIN).
 Prints GB/s counting 2 reads + 1 write per element; best of several runs.
 """

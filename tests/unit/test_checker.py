@@ -1,4 +1,4 @@
-"""The compiled round checker (stragglar_mpi/schedule/_checker.pyx) against the NumPy one.
+"""The compiled round checker (cython_src/schedule/_checker.pyx) against the NumPy one.
 
 Both run the one-bit proof of ``verify.checked_copy_rounds``; the compiled one only
 finds the first refused round, and the NumPy check names the fault there, so both must
@@ -111,10 +111,3 @@ def test_columns_of_different_lengths_are_refused():
     state = verify.CopyRounds(8)
     with pytest.raises(ScheduleError, match="round 0: copy columns of different lengths"):
         state.check_round(np.array([1]), np.array([2, 3]), np.array([0]))
-
-
-def test_without_the_build_the_numpy_check_runs(monkeypatch):
-    monkeypatch.setattr(verify, "_checker", None)
-    state = verify.CopyRounds(300)
-    assert state.fast is None
-    assert verify.check_stragglar_copies(300, _rounds(300)) == len(_rounds(300))

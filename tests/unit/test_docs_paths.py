@@ -11,7 +11,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "ARCHITECTURE.md"
-BASES = (ROOT, ROOT / "stragglar_mpi")
+BASES = (ROOT, ROOT / "stragglar_mpi", ROOT / "cython_src")
 SUFFIXES = (".py", ".pyx", ".pxi", ".pxd", ".h", ".json", ".md", ".sh")
 #: room/module[.name[.name]] or a path with a suffix, inside a code span
 REFERENCE = re.compile(r"(?<![\w/.-])((?:\w+/)+)(\w+)?((?:\.\w+)*)")

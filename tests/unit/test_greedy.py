@@ -1,4 +1,4 @@
-"""The compiled greedy round (stragglar_mpi/schedule/_greedy.pyx) against its NumPy reference.
+"""The compiled greedy round (cython_src/schedule/_greedy.pyx) against its NumPy reference.
 
 Every rank of a job computes the schedule on its own, some maybe without the build,
 so the two must give the same copies, in the same order, round by round: both when
@@ -98,24 +98,6 @@ def test_the_dense_and_the_sparse_pass_are_one_rule(monkeypatch, sparse):
     usual = _rounds(greedy.numpy_copy_rounds(300))
     monkeypatch.setattr(greedy, "_SPARSE", sparse)
     assert _rounds(greedy.numpy_copy_rounds(300)) == usual
-
-
-def test_without_the_build_copy_rounds_is_the_numpy_greedy(monkeypatch):
-    """A checkout without the extension imports, and gives the same schedule."""
-    import stragglar_mpi.schedule as room
-    monkeypatch.setitem(sys.modules, "stragglar_mpi.schedule._greedy", None)   # import fails
-    monkeypatch.delattr(room, "_greedy", raising=False)
-    fallback = importlib.reload(greedy)
-    try:
-        assert fallback._greedy is None
-        rounds = list(fallback.copy_rounds(300))
-        assert check_stragglar_copies(300, rounds) - lower_bound_rounds(300) <= 2
-        assert _rounds(rounds) == _rounds(fallback.numpy_copy_rounds(300))
-        blocks = list(fallback.copy_blocks(300))
-        assert _rounds(cols for block in blocks for cols in block.rounds()) == _rounds(rounds)
-    finally:
-        monkeypatch.undo()
-        importlib.reload(greedy)
 
 
 @compiled

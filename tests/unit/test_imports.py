@@ -15,9 +15,12 @@ def module_name(path, root=ROOT):
 
 
 def modules(package=PACKAGE):
-    """Every module by its dotted name; a Cython source builds the module of its path
-    (setup.py: stragglar_mpi/<room>/<name>.pyx is stragglar_mpi.<room>.<name>)."""
-    return {module_name(p, package.parent): p for ext in ("*.py", "*.pyx") for p in package.rglob(ext)}
+    """Every module by its dotted name; a Cython source builds the module of its room
+    (setup.py: cython_src/<room>/<name>.pyx is stragglar_mpi.<room>.<name>)."""
+    found = {module_name(p, package.parent): p for p in package.rglob("*.py")}
+    compiled = package.parent / "cython_src"
+    found.update({f"{package.name}." + module_name(p, compiled): p for p in compiled.rglob("*.pyx")})
+    return found
 
 
 def cython_text(path):
@@ -106,7 +109,7 @@ def test_lazy_and_cython_imports_count():
 
 #: The rooms, lowest first: a module may import from its own room and from lower ones.
 #: docs/ARCHITECTURE.md says what each room knows.
-LAYERS = {"schedule": 0, "_version": 0, "core": 1, "memory": 2, "decide": 3, "bind": 4, "run": 5,
+LAYERS = {"schedule": 0, "_version": 0, "_built": 0, "core": 1, "memory": 2, "decide": 3, "bind": 4, "run": 5,
           "call": 6, "__init__": 6, "bench": 7, "__main__": 7,
           "torch": 7}     # optional integrations: they need their extra (pyproject.toml)
 

@@ -22,8 +22,8 @@ NAMES = {a.name for a in TABLE} | {REDUCE_TO_OWNERS}
 
 
 def sources():
-    files = sorted((ROOT / "stragglar_mpi").rglob("*.py")) + sorted((ROOT / "stragglar_mpi").rglob("*.pyx"))
-    return [p for p in files + sorted((ROOT / "cython_src").rglob("*.pyx")) if p != TABLE_FILE]
+    compiled = [p for ext in ("*.pyx", "*.pxi") for p in sorted((ROOT / "cython_src").rglob(ext))]
+    return [p for p in sorted((ROOT / "stragglar_mpi").rglob("*.py")) + compiled if p != TABLE_FILE]
 
 
 def _docstrings(tree):
@@ -85,4 +85,4 @@ def test_the_scan_finds_a_planted_literal(scan):
 
 def test_the_scan_reads_every_source():
     names = {p.name for p in sources()}
-    assert {"policy.py", "tuning.py", "report.py", "verify.py", "_interpreter.pyx"} <= names
+    assert {"policy.py", "tuning.py", "report.py", "verify.py", "_interpreter.pyx", "_machine.pxi"} <= names
