@@ -17,7 +17,7 @@ from ._built import require_build
 
 require_build()
 
-from .call.allreduce import Allreduce
+from .call._entry import Allreduce
 from .call.requests import Allreduce_init, Iallreduce, stats
 from .call.comm import Comm
 from .core.config import configure

@@ -11,7 +11,7 @@ def info() -> dict:
     from mpi4py import MPI
 
     from . import __version__
-    from .call import allreduce as _allreduce
+    from .call import _entry
     from .core import features as _features
     from .run import transport as _transport
 
@@ -24,7 +24,7 @@ def info() -> dict:
         "MPI features": _mpi_features(_features, _transport._interpreter),
         "compiled transport": f"loaded ({_transport._interpreter.__file__})",
         "transport in use": _transport.name(),
-        "compiled entry": f"loaded ({_allreduce._entry.__file__})",
+        "compiled entry": f"loaded ({_entry.__file__})",
         **_cuda_info(),
     }
 

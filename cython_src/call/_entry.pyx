@@ -34,6 +34,12 @@ from mpi4py.libmpi cimport (MPI_Comm, MPI_Comm_get_attr, MPI_Count, MPI_Datatype
 
 from mpi4py import MPI as _MPI
 
+from ..bind.args import Args
+from ..core import config as _config
+from ..core.state import KEYVAL
+from ..memory.buffers import Message
+from .allreduce import call as _miss, repeat as _repeat
+
 cdef extern from "mpi_compat.h" nogil:
     int smpi_allreduce(const void *, void *, MPI_Count, MPI_Datatype, MPI_Op, MPI_Comm)
 
@@ -53,29 +59,12 @@ cdef enum:
     BARE = 2              # a buffer alone
     LISTED = 3            # [buf, ...]: which of count, displ, datatype were given is in the Form
 
-# Set by init(): the communicator attribute that holds the library's state, the
-# Python side of a call (a miss, the run of a bound call) and the Message class.
-cdef int _keyval = 0
-cdef bint _ready = False
-cdef object _miss = None
-cdef object _run = None
-cdef object _Message = None
-cdef long _epoch = -1     # of the settings in force; -1: none read yet
 cdef object _SUM = _MPI.SUM
 cdef object _Datatype = _MPI.Datatype
 cdef object _IN_PLACE = _MPI.IN_PLACE
 cdef object _BottomType = type(_MPI.BOTTOM)
-
-
-def init(keyval, miss, run, message_class):
-    global _keyval, _miss, _run, _Message, _ready
-    _keyval, _miss, _run, _Message, _ready = <int>keyval, miss, run, message_class, True
-
-
-def set_epoch(long epoch):
-    """Called by _config whenever the settings are read (-1 while none are valid)."""
-    global _epoch
-    _epoch = epoch
+cdef int _keyval = KEYVAL          # the communicator attribute that holds the library's state
+cdef tuple _ARGS_FIELDS = Args.__slots__
 
 
 cdef struct Form:
@@ -234,8 +223,9 @@ cdef class Binding:
     cdef MPI_Op mpi_op
     cdef unsigned long used
 
-    cdef bint matches(self, Form *send, Form *recv, object op, object straggler, object algorithm):
-        if op is not self.op or self.epoch != _epoch or (<MPI.Op>op).ob_mpi != self.mpi_op:
+    cdef bint matches(self, Form *send, Form *recv, object op, object straggler, object algorithm,
+                      long epoch):
+        if op is not self.op or self.epoch != epoch or (<MPI.Op>op).ob_mpi != self.mpi_op:
             return False
         if straggler is not self.straggler and not (type(straggler) is type(self.straggler)
                                                     and straggler == self.straggler):
@@ -265,11 +255,12 @@ cdef class Bindings:
     def __len__(self):
         return len(self.entries)
 
-    cdef Binding find(self, Form *send, Form *recv, object op, object straggler, object algorithm):
+    cdef Binding find(self, Form *send, Form *recv, object op, object straggler, object algorithm,
+                      long epoch):
         cdef Binding b
         for item in self.entries:
             b = <Binding>item
-            if b.matches(send, recv, op, straggler, algorithm):
+            if b.matches(send, recv, op, straggler, algorithm, epoch):
                 self.clock += 1
                 b.used = self.clock
                 self.hits += 1
@@ -301,7 +292,7 @@ cdef object _state(object comm):
     """The library's state of ``comm``, or None (without creating it)."""
     cdef void *value = NULL
     cdef int found = 0
-    if not _ready or not isinstance(comm, MPI.Comm):
+    if not isinstance(comm, MPI.Comm):
         return None
     if MPI_Comm_get_attr((<MPI.Comm>comm).ob_mpi, _keyval, &value, &found) != MPI_SUCCESS or not found:
         return None
@@ -324,17 +315,27 @@ cdef object _native(Bindings bs, Binding b, MPI.Comm comm, Form *send, Form *rec
 
 cdef object _bound(Binding b, object sendbuf, object recvbuf, Form *send, Form *recv,
                    Py_buffer *sview, Py_buffer *rview):
-    """The kept Args bound to this call's memory (the exports move into the Messages)."""
+    """The kept Args bound to this call's memory (the exports move into the Messages),
+    made here without a Python frame."""
     k = b.args
-    kout = k.out
-    out = _Message(_hold(rview), _obj(recvbuf), <Py_ssize_t>(recv.address + b.recv_offset),
-                   kout.count, kout.datatype, kout.extent)
+    out = _message(k.out, _hold(rview), _obj(recvbuf), <Py_ssize_t>(recv.address + b.recv_offset))
     if send.shape == IN_PLACE:
         src = out
     else:
-        src = _Message(_hold(sview), _obj(sendbuf), <Py_ssize_t>(send.address + b.send_offset),
-                       kout.count, kout.datatype, kout.extent)
-    return k.rebound(sendbuf, recvbuf, out, src)
+        src = _message(k.out, _hold(sview), _obj(sendbuf), <Py_ssize_t>(send.address + b.send_offset))
+    args = Args.__new__(Args)
+    for name in _ARGS_FIELDS:
+        setattr(args, name, getattr(k, name))
+    args.sendbuf, args.recvbuf, args.out, args.src = sendbuf, recvbuf, out, src
+    return args
+
+
+cdef object _message(object kept, object held, object obj, Py_ssize_t address):
+    """A Message of ``kept``'s count and datatype at ``address`` (``Message.__init__`` unrun)."""
+    m = Message.__new__(Message)
+    m.buf, m.obj, m.address = held, obj, address
+    m.count, m.datatype, m.extent, m.memory = kept.count, kept.datatype, kept.extent, kept.memory
+    return m
 
 
 cdef inline object _obj(object spec):
@@ -356,14 +357,18 @@ cdef object _call(object comm, object sendbuf, object recvbuf, object op, object
     cdef Py_buffer sview, rview
     cdef Binding b = None
     cdef Bindings bs = None
+    cdef long epoch = -1
+    settings = _config._current      # the settings in force (None before the first read)
+    if settings is not None:
+        epoch = settings.epoch
     cdef bint readable = read_form(recvbuf, True, &recv, &rview)
     if readable and not _read_send(sendbuf, &send, &sview):
         PyBuffer_Release(&rview)
         readable = False
     state = _state(comm) if readable else None
-    if state is not None:
+    if state is not None and state.bindings is not None:
         bs = <Bindings>state.bindings
-        b = bs.find(&send, &recv, op, straggler, algorithm)
+        b = bs.find(&send, &recv, op, straggler, algorithm, epoch)
     if b is None:
         if readable:
             _release(&send, &sview, &rview)
@@ -376,7 +381,7 @@ cdef object _call(object comm, object sendbuf, object recvbuf, object op, object
             return _native(bs, b, <MPI.Comm>comm, &send, &recv)
         finally:
             _release(&send, &sview, &rview)
-    return _run(comm, state, _bound(b, sendbuf, recvbuf, &send, &recv, &sview, &rview))
+    return _repeat(comm, state, _bound(b, sendbuf, recvbuf, &send, &recv, &sview, &rview), settings)
 
 
 cdef inline void _release(Form *send, Py_buffer *sview, Py_buffer *rview):
@@ -389,13 +394,16 @@ cdef void _keep(object comm, object args, Form *send, Form *recv, object op, obj
                 object algorithm) except *:
     """A binding of a checked call (``args`` holds its messages, ``send``/``recv`` its key)."""
     state = _state(comm)
-    if state is None or state.broken or not args.out.datatype.is_predefined:
+    settings = _config._current
+    if state is None or state.broken or not args.out.datatype.is_predefined or settings is None:
         return     # a derived datatype's handle may be freed and reused: checked every call
+    if state.bindings is None:
+        state.bindings = Bindings()
     cdef Binding b = Binding.__new__(Binding)
     b.send, b.recv = send[0], recv[0]
     b.code_send = None if send.code == NULL else <object>send.code   # keeps the strings alive
     b.code_recv = None if recv.code == NULL else <object>recv.code
-    b.op, b.straggler, b.algorithm, b.epoch = op, straggler, algorithm, _epoch
+    b.op, b.straggler, b.algorithm, b.epoch = op, straggler, algorithm, settings.epoch
     b.args, b.native = args.unbound(), args.native_from_c
     b.recv_offset = args.out.address - <Py_ssize_t>recv.address
     b.send_offset = 0 if send.shape == IN_PLACE else args.src.address - <Py_ssize_t>send.address
@@ -406,10 +414,28 @@ cdef void _keep(object comm, object args, Form *send, Form *recv, object op, obj
 
 
 def Allreduce(comm, sendbuf, recvbuf, op=_SUM, *, straggler=None, algorithm=None):
+    """Drop-in for ``comm.Allreduce(sendbuf, recvbuf, op)``.
+
+    ``straggler``: who plays the straggler: a rank; "arrival" (the last rank to
+    call, found at run time; the default); or "predict" (the rank that came
+    last most often in recent calls, found without waiting).
+    ``algorithm``: "auto" (default: native for small buffers or no delay,
+    StragglAR when the observed delay pays), "stragglar", "hierarchical" (StragglAR
+    on two tiers, for communicators that span nodes), "hring" (the hierarchical ring:
+    ReduceScatter inside each node, a ring per lane across nodes, AllGather inside;
+    the flat ring on one node), "ring", "rhd", "direct" or "native"; the
+    STRAGGLAR_ALGO environment variable overrides it.
+    Non-commutative ops, pair types (MAXLOC/MINLOC), derived datatypes and a
+    single rank always take the native path.
+    With STRAGGLAR_TIMEOUT set, a call that waits longer raises
+    ``StragglerTimeout`` on every waiting rank; with STRAGGLAR_VALIDATE=1 every
+    rank checks that all ranks passed the same arguments.
+    """
     _call(comm, sendbuf, recvbuf, op, straggler, algorithm)
 
 
 def comm_allreduce(self, sendbuf, recvbuf, op=_SUM):
+    """``Allreduce`` as mpi4py's, run by ``stragglar_mpi.Allreduce`` with its defaults."""
     _call(self, sendbuf, recvbuf, op, None, None)
 
 

@@ -1,16 +1,18 @@
-"""``Allreduce``: one call, one path: bind -> decide -> run -> record.
+"""The spine of a call: bind -> decide -> run -> record.
 
-- bind: the compiled entry (call/_entry.pyx) reads the buffer specs and, on a hit,
-  reuses an earlier call's checks; a miss comes here (``_call``) and runs them
-  (bind/args.py), on every rank alike under STRAGGLAR_VALIDATE (bind/validate.py);
-- decide: algorithm and straggler, the same on every rank (decide/roles.py);
-- run: phase 1 and the rank's plan in the call's memory (run/execute.py);
-- record: counters and the last call (call/record.py), the straggler report's log.
+``Allreduce`` is the compiled entry (cython_src/call/_entry.pyx): it reads the buffer
+specs and looks for an earlier call's binding in the communicator's state.  A native
+binding is one ``MPI_Allreduce`` from C; any other binding comes here as ``repeat``; a
+call it has no binding for comes here as ``call``.  From there, one path::
 
-The path after bind is one generator, ``steps``: a blocking call drives it in the
-caller's thread (core/steps.py ``drive``); a nonblocking one hands it to the progress
-thread (call/requests.py).  ``seq`` is the sequence the call runs in (core/sequences.py):
-the communicator's state for blocking calls, a lane for nonblocking ones.
+    call:   bind (checks; under STRAGGLAR_VALIDATE on every rank alike)  -> steps
+    repeat: the binding's Args, bound to this call's memory by the entry -> steps
+    steps:  decide (decide/roles.py) -> run (run/execute.py) -> record (call/record.py)
+
+``steps`` is a generator (core/steps.py): a blocking call drives it in the caller's
+thread; a nonblocking one hands it to the progress thread (call/requests.py).  ``seq``
+is the sequence the call runs in (core/sequences.py): the communicator's state for
+blocking calls, a lane for nonblocking ones; ``state`` is always the communicator's.
 """
 from __future__ import annotations
 
@@ -21,143 +23,85 @@ from ..bind.validate import same_everywhere
 from ..core import config as _config
 from ..core.errors import Mismatch, Pending, StragglerTimeout
 from ..core.lifetime import PROCESS
-from ..core.setup import begin_setup, setup_state
-from ..core.state import KEYVAL, peek
+from ..core.state import peek
 from ..core.steps import drive
-from ..core.turns import Turn
-from ..decide import roles as _roles
-from ..decide import tuning as _tuning
-from ..decide.algorithm import for_layout
-from ..memory.buffers import Message
-from ..run import transport as _transport
-from ..run.execute import execute
-from ..schedule.algorithms import NATIVE
-from .record import CallRecord, record
-from .report import log_of
-
-from . import _entry
+from ..decide.roles import decide, settle
+from ..decide.tuning import timed
+from ..run.execute import execute as run
+from .record import record
+from .setup import state_of
 
 
-def Allreduce(comm, sendbuf, recvbuf, op=MPI.SUM, *, straggler=None, algorithm=None):
-    """Drop-in for ``comm.Allreduce(sendbuf, recvbuf, op)``.
-
-    ``straggler``: who plays the straggler: a rank; "arrival" (the last rank to
-    call, found at run time; the default); or "predict" (the rank that came
-    last most often in recent calls, found without waiting).
-    ``algorithm``: "auto" (default: native for small buffers or no delay,
-    StragglAR when the observed delay pays), "stragglar", "hierarchical" (StragglAR
-    on two tiers, for communicators that span nodes), "hring" (the hierarchical ring:
-    ReduceScatter inside each node, a ring per lane across nodes, AllGather inside;
-    the flat ring on one node), "ring", "rhd", "direct" or "native"; the STRAGGLAR_ALGO environment variable overrides it.
-    Non-commutative ops, pair types (MAXLOC/MINLOC), derived datatypes and a
-    single rank always take the native path.
-    With STRAGGLAR_TIMEOUT set, a call that waits longer raises
-    ``StragglerTimeout`` on every waiting rank; with STRAGGLAR_VALIDATE=1 every
-    rank checks that all ranks passed the same arguments.
-    """
-    _call(comm, sendbuf, recvbuf, op, straggler, algorithm)
-
-
-def state_of(comm, deadline=0.0):
-    """The communicator's state (core/state.py), set up collectively in its first call: a
-    new one gets the compiled entry's bindings and what decide keeps there."""
-    return setup_state(comm, deadline, _entry.Bindings, _roles.setup)
-
-
-def begin_state(comm, deadline=0.0, blocking=False):
-    """The state for a nonblocking call: ``state_of``, but a new one's setup is started
-    at the call and finished on a thread (core/setup.py ``begin_setup``)."""
-    return begin_setup(comm, deadline, _entry.Bindings, _roles.setup, blocking)
-
-
-def _call(comm, sendbuf, recvbuf, op, straggler, algorithm):
-    """A call checked in full (a miss of the compiled entry); returns its Args when a
-    repeat of it may reuse them, else None."""
+def call(comm, sendbuf, recvbuf, op, straggler, algorithm):
+    """A call that the entry has no binding for: bind, then ``steps``.  Returns its Args
+    when a repeat may reuse them (the entry keeps them as a binding), else None."""
     settings, t_call, deadline = clock()
     try:
-        if not _supported(comm):
-            _plain(comm, sendbuf, recvbuf, op)
+        if not handled(comm):
+            MPI.Comm.Allreduce(comm, MPI.IN_PLACE if sendbuf is None else sendbuf, recvbuf, op)
             return None
-        checked = lambda: check(comm, sendbuf, recvbuf, op, straggler, algorithm, settings)  # noqa: E731
-        if settings.validate:
-            state = state_of(comm, deadline)
-            args = drive(same_everywhere(state, checked, deadline, Turn(state.turns)))
-        else:
-            args = checked()
-        state = state_of(comm, deadline)
-        drive(steps(comm, state, args, settings, t_call, deadline, Turn(state.turns)))
+        state, args = bind(comm, (sendbuf, recvbuf, op, straggler, algorithm), settings, deadline)
+        drive(steps(comm, state, args, (settings, t_call, deadline), state.blocking))
     except (Pending, Mismatch) as exc:
         raise drive(failed(peek(comm), exc, settings.timeout)) from None
     return None if settings.validate else args
 
 
-def _run_bound(comm, state, args):
-    """A repeat whose decision is not a native call from C (the compiled entry bound it)."""
-    settings, t_call, deadline = clock()
+def repeat(comm, state, args, settings):
+    """A repeat of a bound call whose decision is not a native call from C."""
+    t_call = MPI.Wtime()
+    deadline = t_call + settings.timeout if settings.timeout else 0.0
     try:
-        drive(steps(comm, state, args, settings, t_call, deadline, Turn(state.turns)))
+        drive(steps(comm, state, args, (settings, t_call, deadline), state.blocking))
     except (Pending, Mismatch) as exc:
         raise drive(failed(state, exc, settings.timeout)) from None
 
 
+def handled(comm):
+    """Intracommunicators only; an intercommunicator (or any other kind) runs natively."""
+    return isinstance(comm, MPI.Intracomm) and not comm.Is_inter()
+
+
 def clock():
-    """(settings, the call's start, its deadline or 0.0)."""
+    """(settings, the call's start, its deadline or 0.0): what a call means, fixed at the call."""
     t_call = MPI.Wtime()
     settings = _config.current()
     return settings, t_call, (t_call + settings.timeout if settings.timeout else 0.0)
 
 
-def _supported(comm):
-    """Intracommunicators only; an intercommunicator (or any other kind) runs natively."""
-    return isinstance(comm, MPI.Intracomm) and not comm.Is_inter()
+def bind(comm, given, settings, deadline):
+    """(state, Args): every argument checked (bind/args.py); under STRAGGLAR_VALIDATE the
+    checks run on every rank and their results are compared (bind/validate.py)."""
+    if not settings.validate:
+        args = check(comm, *given, settings)      # a bad argument raises before any setup
+        return state_of(comm, deadline), args
+    state = state_of(comm, deadline)
+    checked = lambda: check(comm, *given, settings)  # noqa: E731
+    return state, drive(same_everywhere(state, checked, deadline, state.blocking))
 
 
-def _plain(comm, sendbuf, recvbuf, op):
-    """mpi4py's own ``Allreduce`` on a communicator the library does not handle."""
-    MPI.Comm.Allreduce(comm, MPI.IN_PLACE if sendbuf is None else sendbuf, recvbuf, op)
-
-
-def steps(comm, seq, args, settings, t_call, deadline, turn):
-    """Generator: the call after bind, in the sequence ``seq``: decide, run, record
-    (its value: the call's ``CallRecord``).  ``turn``: its place among the collectives on the private duplicate."""
-    if seq.broken:
-        raise RuntimeError(f"stragglar_mpi: this communicator is unusable after: {seq.broken}")
+def steps(comm, seq, args, when, turn):
+    """Generator: the call after bind, in the sequence ``seq``: decide, run, record; its
+    value is the call's ``CallRecord``.  ``when``: (settings, the call's start, its
+    deadline); ``turn``: its place among the collectives on the private duplicate."""
+    settings, t_call, deadline = when
+    if seq.owner.broken:
+        raise RuntimeError(f"stragglar_mpi: this communicator is unusable after: {seq.owner.broken}")
     try:
-        name, straggler, tracked = yield from _decide(seq, args, deadline)
-        timed, how = _tuning.picked(seq)   # a run of auto's measurements (decide/tuning.py)
-        transport = None if name == NATIVE else _transport.name(settings)
-        t_p1, first = yield from execute(comm, seq, name, straggler, args, transport, deadline, turn)
+        name, straggler, tracked, timing, how = yield from decide(seq, args, deadline)
+        t_p1, first = yield from run(comm, seq, name, straggler, args, deadline, turn)
     except (Pending, Mismatch):
         raise
     except BaseException as exc:
         seq.abandon(f"an error in a call: {exc!r}")
-        if seq.owner.bindings is not None:
-            seq.owner.bindings.clear()   # no later call is served from the compiled entry
         raise
     finally:
-        turn.release()
-    sent = (yield from _roles.settle(seq, deadline)) if tracked else 0   # the record: every rank's time
-    if timed:
-        yield from _tuning.timed(seq, t_call, deadline, turn)
-    t_end = MPI.Wtime()
-    how = (how or "model") if args.name == "auto" else None
-    rec = CallRecord(name, straggler, args.policy, t_call, t_p1 or t_call, first, t_end,
-                     transport, args.route, sent, how)
-    record(seq.owner, rec)
-    if tracked and seq is seq.owner:      # the straggler report keeps the blocking calls
-        post = t_end - (first if first is not None else t_call)
-        log_of(seq, args.n, comm.Get_name()).ran(seq.tracked_seq, name, straggler,
-                                                 args.out.count * args.out.extent, post)
-    return rec
-
-
-def _decide(seq, args, deadline):
-    """Generator: (algorithm, straggler, whether the call is tracked)."""
-    name, straggler, before = args.name, None, seq.tracked_seq
-    if name != NATIVE or deadline:
-        name, straggler = yield from _roles.roles(seq, name, args.policy, args.out.count * args.out.extent,
-                                                  args.n, tracked=bool(deadline), deadline=deadline)
-    return for_layout(name, seq.topology, straggler), straggler, seq.tracked_seq != before
+        if not turn.back:       # a blocking call holds no ticket
+            turn.release()
+    sent = (yield from settle(seq, deadline)) if tracked else 0
+    if timing:
+        yield from timed(seq, t_call, deadline, turn)
+    return record(seq, comm, args, (name, straggler, how), (t_call, t_p1, first), sent, tracked)
 
 
 def failed(seq, exc, timeout):
@@ -192,13 +136,3 @@ def _timed_out(seq, pending, timeout):
         seq.broken = message
         PROCESS.keep(seq.scratch(0))
     return StragglerTimeout(message, missing=missing, phase=phase, peers=pending.peers)
-
-
-# The package's one registration point (docs/ARCHITECTURE.md): the compiled entry is handed
-# the Python pieces it falls back to (the state's key, the call, the bound run, Message),
-# config tells it when settings change, and it becomes ``Allreduce``.  Nothing else in the
-# package rebinds another module's attributes at import.
-_entry.init(KEYVAL, _call, _run_bound, Message)
-_config.on_configure(_entry.set_epoch)
-_entry.Allreduce.__doc__ = Allreduce.__doc__
-Allreduce = _entry.Allreduce  # noqa: F811

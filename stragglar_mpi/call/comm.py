@@ -12,8 +12,7 @@ from __future__ import annotations
 
 from mpi4py import MPI
 
-from .allreduce import Allreduce as _allreduce
-from .allreduce import _entry
+from ._entry import comm_allreduce
 from .requests import Allreduce_init as _allreduce_init
 from .requests import Iallreduce as _iallreduce
 
@@ -31,12 +30,7 @@ def _wrap(new):
 class Comm(MPI.Intracomm):
     """``MPI.Intracomm`` with StragglAR behind ``Allreduce``; made with ``Comm(comm)``."""
 
-    def Allreduce(self, sendbuf, recvbuf, op=MPI.SUM):
-        """``Allreduce`` as mpi4py's, run by ``stragglar_mpi.Allreduce`` with its defaults."""
-        _allreduce(self, sendbuf, recvbuf, op)
-
-    _entry.comm_allreduce.__doc__ = Allreduce.__doc__
-    Allreduce = _entry.comm_allreduce      # the compiled entry itself: no Python frame in between
+    Allreduce = comm_allreduce      # the compiled entry itself: no Python frame in between
 
     def Iallreduce(self, sendbuf, recvbuf, op=MPI.SUM):
         """``Iallreduce`` as mpi4py's, run by ``stragglar_mpi.Iallreduce`` with its defaults."""
@@ -104,8 +98,7 @@ class InterComm(MPI.Intercomm):
     """An intercommunicator made from a ``Comm``: ``Merge`` gives a ``Comm`` back.
     ``Allreduce`` runs natively (mpi4py's)."""
 
-    def Allreduce(self, sendbuf, recvbuf, op=MPI.SUM):
-        _allreduce(self, sendbuf, recvbuf, op)
+    Allreduce = comm_allreduce      # the entry's miss runs it natively (call/allreduce.handled)
 
     def Merge(self, high=False):
         return _wrap(super().Merge(high))

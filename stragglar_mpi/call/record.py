@@ -4,8 +4,11 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
+from mpi4py import MPI
+
 from ..core.state import peek
 from ..schedule.algorithms import NATIVE, has_roles
+from .report import log_of
 
 
 @dataclass(frozen=True)
@@ -39,14 +42,29 @@ class CallRecord:
         }
 
 
-def record(state, rec: CallRecord):
-    """Count a call that ended (blocking calls and the progress thread's operations alike)."""
+def record(seq, comm, args, decision, times, sent, tracked) -> CallRecord:
+    """Count a call that ended in the sequence ``seq`` (blocking calls and the progress
+    thread's operations alike) and, for a tracked blocking call, note it in the straggler
+    report (call/report.py).  ``decision``: (algorithm, straggler, how auto chose);
+    ``times``: (the call's start, phase 1's end or None, the first receive or None);
+    ``sent``: its arrival messages.  Returns the call's ``CallRecord``."""
+    name, straggler, how = decision
+    t_call, t_p1, first = times
+    t_end = MPI.Wtime()
+    rec = CallRecord(name, straggler, args.policy, t_call, t_p1 or t_call, first, t_end,
+                     None if name == NATIVE else "cython", args.route, sent, how)
+    state = seq.owner
     with state.lock:
-        state.calls[rec.algorithm] += 1
-        if state.last is None or rec.t_end >= state.last.t_end:
+        state.calls[name] += 1
+        if state.last is None or t_end >= state.last.t_end:
             state.last = rec
         if state.bindings is not None:
             state.bindings.last_was_hit = False
+    if tracked and seq is state:
+        post = t_end - (first if first is not None else t_call)
+        log_of(seq, args.n, comm.Get_name()).ran(seq.tracked_seq, name, straggler,
+                                                 args.out.count * args.out.extent, post)
+    return rec
 
 
 def _last_native_hit(bindings):

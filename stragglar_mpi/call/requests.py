@@ -44,6 +44,7 @@ from ..memory.device import is_device_call
 from ..run.engine import ENGINE, Operation
 from . import allreduce as _allreduce
 from . import record as _record
+from .setup import begin_state
 
 from ._entry import adopt
 
@@ -53,7 +54,7 @@ def Iallreduce(comm, sendbuf, recvbuf, op=MPI.SUM, *, straggler=None, algorithm=
 
     The arguments mean what they mean for ``Allreduce``; the result is defined after
     Wait or Test.  Needs MPI_THREAD_MULTIPLE (mpi4py's default)."""
-    if not _allreduce._supported(comm):
+    if not _allreduce.handled(comm):
         return MPI.Comm.Iallreduce(comm, _in_place(sendbuf), recvbuf, op)
     spec = _Spec(comm, (sendbuf, recvbuf, op, straggler, algorithm))
     return Request(spec.start(spec.state.next_lane()))
@@ -62,7 +63,7 @@ def Iallreduce(comm, sendbuf, recvbuf, op=MPI.SUM, *, straggler=None, algorithm=
 def Allreduce_init(comm, sendbuf, recvbuf, op=MPI.SUM, *, straggler=None, algorithm=None):
     """Persistent ``Allreduce``: returns an ``MPI.Prequest`` (Start, Startall, Wait, Test,
     Cancel, Free); arguments are checked once, here."""
-    if not _allreduce._supported(comm):
+    if not _allreduce.handled(comm):
         return MPI.Comm.Allreduce_init(comm, _in_place(sendbuf), recvbuf, op)
     spec = _Spec(comm, (sendbuf, recvbuf, op, straggler, algorithm))
     return Prequest(spec, spec.state.next_lane())
@@ -102,8 +103,8 @@ class _Spec:
         if device and not _cuda.simulated():
             self.device = _cuda.numba_cuda().get_current_device().id
         timeout = self.settings.timeout
-        self.state = _allreduce.begin_state(comm, MPI.Wtime() + timeout if timeout else 0.0,
-                                            blocking=_SETUP_AT_THE_CALL)
+        self.state = begin_state(comm, MPI.Wtime() + timeout if timeout else 0.0,
+                                 at_the_call=_SETUP_AT_THE_CALL)
 
     def _own_types(self, spec):
         """``spec`` with each derived datatype replaced by a duplicate of ours, freed with
@@ -154,7 +155,7 @@ class _Spec:
                 checked = lambda: check(comm, *self.given, settings)  # noqa: E731
                 args = (yield from same_everywhere(lane, checked, deadline, turn)) \
                     if settings.validate else checked()
-            return (yield from _allreduce.steps(comm, lane, args, settings, t_call, deadline, turn))
+            return (yield from _allreduce.steps(comm, lane, args, (settings, t_call, deadline), turn))
         except (Pending, Mismatch) as exc:
             raise (yield from _allreduce.failed(lane, exc, settings.timeout)) from None
         finally:

@@ -182,7 +182,6 @@ assert [f.name for f in fields(Settings)][:-1] == [k.field for k in KNOBS]
 _current: Settings | None = None
 _epoch = 0
 _lock = threading.Lock()
-_listeners = []   # told the epoch of every read (-1 while no valid settings are in force)
 
 
 def read(environ=None, epoch=0) -> Settings:
@@ -199,28 +198,16 @@ def read(environ=None, epoch=0) -> Settings:
 def configure(environ=None) -> Settings:
     """Read the settings again (call it on every rank); returns them.
 
-    Calls already bound to earlier settings see the new ones: the epoch changes,
-    and every cached binding carries the epoch it was made in.
+    Calls already bound to earlier settings see the new ones: the epoch changes, and
+    every binding of the compiled entry carries the epoch it was made in (the entry
+    reads ``_current`` at each call; None while a read is under way or failed).
     """
     global _current, _epoch
     with _lock:
         _epoch += 1
         _current = None              # a bad read leaves nothing behind: later calls raise too
-        _tell(-1)
         _current = read(environ, _epoch)
-        _tell(_epoch)
         return _current
-
-
-def on_configure(listener):
-    """Call ``listener(epoch)`` after every read of the settings (and now)."""
-    _listeners.append(listener)
-    listener(_current.epoch if _current is not None else -1)
-
-
-def _tell(epoch):
-    for listener in _listeners:
-        listener(epoch)
 
 
 def current() -> Settings:

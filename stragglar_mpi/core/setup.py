@@ -1,14 +1,14 @@
-"""A communicator's setup: the collective part of its first call.
+"""A communicator's setup: core's collective part of its first call.
 
 Every collective step here runs under the call's deadline (an MPI_Wtime, 0 = none):
 the setup (first call) with a deadline first waits for a presence message from every
 member (zero bytes, on the caller's communicator, ``tags.setup()``), which names the
 ranks that did not come; then ``Idup`` waited with the deadline; once it completes
-every member is in the setup, so the key broadcast and what the higher rooms make here
-(``collective``: the arrival tables, the topology) follow at once.  A nonblocking
-first call posts the presence messages and the ``Idup`` at the call (in call order),
-and a thread of its own finishes the setup (``begin_setup``), except on the MPIs where
-the call finishes it (``blocking``: call/requests.py ``_SETUP_AT_THE_CALL``).
+every member is in the setup, so the key broadcast and what the higher rooms make
+(the arrival tables, the layout) follow at once.  The call room runs the steps in
+order (call/setup.py): a nonblocking first call posts the presence messages and the
+``Idup`` at the call (``Setup.join``, in call order) and a thread of its own
+(``on_thread``) finishes the setup, except on the MPIs where the call finishes it.
 """
 from __future__ import annotations
 
@@ -29,20 +29,16 @@ from .state import KEYVAL, State, release_freed
 _SETUP = "the setup of this communicator (its first call)"
 
 
-class _Setup:
-    """The setup of one new ``state`` on ``comm``: ``join`` posts what it needs every
-    member for, in call order at the call; ``finish`` waits for them, then the key and
-    ``collective(state)``, what the higher rooms keep in the state (the arrival tables,
-    the topology: decide/roles.setup)."""
+class Setup:
+    """Core's part of the setup of a new ``state`` on ``comm``: ``join`` posts what it
+    needs every member for, in call order at the call; ``finish`` waits for them, then
+    the key.  What the higher rooms keep in the state (the arrival tables, the layout:
+    decide/roles.py ``setup``) follows, called by the call room (call/setup.py)."""
 
-    def __init__(self, state, comm, deadline, collective):
-        self.state, self.comm, self.deadline, self.collective = state, comm, deadline, collective
+    def __init__(self, state, comm, deadline):
+        self.state, self.comm, self.deadline = state, comm, deadline
         self.joining = None       # (presence exchange, duplicate, Idup request), from join
         self.members = None       # (rank, size) in the caller's communicator, from join
-
-    def run(self):
-        self.join()
-        self.finish()
 
     def join(self):
         """Post the presence messages (under a deadline) and the Idup."""
@@ -58,7 +54,7 @@ class _Setup:
         self.joining = (presence, private, request)
 
     def finish(self):
-        """Wait for every member (``join``), then the key and ``collective``."""
+        """Wait for every member (``join``), then the key."""
         state, deadline = self.state, self.deadline
         private = _joined(self.members, deadline, *self.joining)
         state.set_private(private)
@@ -74,8 +70,6 @@ class _Setup:
         # key on every member: arrival tables are freed at exit in key order, so ranks
         # that share several communicators never wait on each other crosswise.
         state.key = private.bcast((MPI.Wtime(), os.getpid(), id(state)), root=0)
-        if self.collective is not None and private.Get_size() > 1:
-            self.collective(state)
 
 
 def _joined(members, deadline, presence, private, request):
@@ -93,21 +87,23 @@ def _joined(members, deadline, presence, private, request):
     return MPI.Intracomm(private)
 
 
-def setup_state(comm, deadline=0.0, bindings=None, collective=None) -> State:
-    """The state of ``comm``, set up collectively in its first call (under ``deadline``);
-    ``bindings`` and ``collective`` are what the call room gives a new one (``_Setup``).
+def existing(comm):
+    """The state of ``comm``, or None before its first call (communicators the user freed
+    since are released first: State.free)."""
+    release_freed()
+    return comm.Get_attr(KEYVAL)
 
-    A setup that fails leaves a state behind that says why (``broken``), so that a
-    later call raises instead of starting a second, mismatched setup.  A state that a
-    nonblocking call is still setting up (``begin_setup``) is waited for."""
-    release_freed()             # communicators the user freed since (State.free)
-    state = comm.Get_attr(KEYVAL)
-    if state is None:
-        state = State(bindings() if bindings else None)
-        comm.Set_attr(KEYVAL, state)
-        if _set_up(state, _Setup(state, comm, deadline, collective).run):
-            raise state.setup_error
-        return state
+
+def new_state(comm, deadline=0.0):
+    """(a new State attached to ``comm``, its ``Setup``): the first call makes them."""
+    state = State()
+    comm.Set_attr(KEYVAL, state)
+    return state, Setup(state, comm, deadline)
+
+
+def ready(state, deadline=0.0) -> State:
+    """``state`` once a setup that a nonblocking call runs on a thread is over; raises if
+    it does not end by ``deadline`` or the state is unusable."""
     if not state.ready.is_set() and not _wait_ready(state, deadline):
         raise Pending([], _SETUP + ": a nonblocking call's setup of it has not ended")
     if state.broken:
@@ -115,37 +111,14 @@ def setup_state(comm, deadline=0.0, bindings=None, collective=None) -> State:
     return state
 
 
-def begin_setup(comm, deadline=0.0, bindings=None, collective=None, blocking=False) -> State:
-    """The state of ``comm`` for a nonblocking call: an existing one, or a new one whose
-    setup the call starts (presence messages and Idup posted now, in call order) and a
-    thread of its own finishes; its ``ready`` is set when it is over.  ``blocking``:
-    finish it here instead (an MPI whose Idup must complete before the next collective)."""
-    release_freed()
-    state = comm.Get_attr(KEYVAL)
-    if state is not None:
-        return state
-    state = State(bindings() if bindings else None)
-    comm.Set_attr(KEYVAL, state)
-    setup = _Setup(state, comm, deadline, collective)
-    if _set_up(state, setup.join, done=False):
-        return state                 # the operation raises the error from Wait
-    state.hold()                     # the setup's thread holds it too (a Free meanwhile waits)
-
-    def rest():
-        try:
-            _set_up(state, setup.finish)
-        finally:
-            state.unhold()
-    if blocking:
-        rest()
-    else:
-        thread = threading.Thread(target=rest, daemon=True, name="stragglar_mpi setup")
-        PROCESS.register("setup", thread)      # the exit waits for it (_join_setups)
-        thread.start()
-    return state
+def on_thread(run):
+    """Run ``run`` (the rest of a setup) on a thread of its own, which the exit waits for."""
+    thread = threading.Thread(target=run, daemon=True, name="stragglar_mpi setup")
+    PROCESS.register("setup", thread)      # the exit waits for it (_join_setups)
+    thread.start()
 
 
-def _set_up(state, step, done=True):
+def attempt(state, step, done=True):
     """Run a part of the setup; True if it failed (``state.setup_error`` says why, and
     the state is broken and ready).  ``done``: the last part (the state is then ready)."""
     try:

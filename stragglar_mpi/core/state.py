@@ -29,13 +29,13 @@ from mpi4py import MPI
 
 from .lifetime import ARRIVALS, PROCESS
 from .sequences import LANES, Lane, Sequence
-from .turns import Turns
+from .turns import Turn, Turns
 
 
 class State(Sequence):
     """One communicator's library state, and the sequence of its blocking calls.
     ``bindings``: the compiled entry's cache of earlier calls' checks
-    (call/_entry.pyx), or None without the build."""
+    (cython_src/call/_entry.pyx), made by the entry at its first binding."""
 
     def __init__(self, bindings=None):
         super().__init__(self, 0)
@@ -52,6 +52,7 @@ class State(Sequence):
         self.lanes = []                   # the nonblocking lanes made so far
         self.started = 0                  # nonblocking operations started (Iallreduce, Allreduce_init)
         self.turns = Turns()
+        self.blocking = Turn(self.turns)  # the turn of every blocking call: no ticket
         self.lock = threading.Lock()      # the counters: blocking calls and the progress thread
         self.ready = threading.Event()    # set once the setup is over (well or not)
         self.setup_error = None           # what a setup on a thread raised

@@ -39,20 +39,17 @@ from .arrival import Arrival, coordinator
 class _Notices:
     """The notices of one call: one receive posted from every other rank."""
 
-    def __init__(self, comm, seq, box, token, tag):
+    def __init__(self, comm, seq, box, token, tag, others):
         self.comm, self.seq, self.box, self.token, self.tag = comm, seq, box, token, tag
-        me = comm.Get_rank()
-        self.ranks = [r for r in range(comm.Get_size()) if r != me]
-        self.requests = [comm.Irecv(box[r], r, tag) for r in self.ranks]
+        self.ranks = others          # every other rank
+        self.requests = []
+        for r in others:             # loops, not comprehensions: no frame per call (issue 47)
+            self.requests.append(comm.Irecv(box[r], r, tag))
         self.heard = {}      # rank -> arrival time
-
-    @property
-    def pending(self):
-        return len(self.heard) < len(self.ranks)
 
     def poll(self):
         """Take in the notices that came since the last poll (one MPI_Testsome); return their ranks."""
-        if not self.pending:
+        if len(self.heard) == len(self.ranks):
             return []
         new = []
         for i in MPI.Request.Testsome(self.requests) or ():
@@ -70,7 +67,7 @@ class _Notices:
     def drain(self):
         """Take in every notice already here: poll until a pass brings nothing new (one
         test may move only part of what waits in a socket)."""
-        while self.pending and self.poll():
+        while len(self.heard) < len(self.ranks) and self.poll():
             pass
         self.poll()
 
@@ -86,7 +83,11 @@ class _Notices:
 
     def next(self, until):
         """The step that waits for the next notice (or ``until``)."""
-        return Wait([r for r in self.requests if r], until, any=True)
+        live = []
+        for req in self.requests:
+            if req:
+                live.append(req)
+        return Wait(live, until, any=True)
 
     def cancel(self):
         for req in self.requests:
@@ -102,6 +103,7 @@ class NoticeTable:
     def __init__(self, shared, sequence=0):
         self.comm, self.offset, self.token = shared.comm, shared.offset, shared.token
         self.n, self.rank = self.comm.Get_size(), self.comm.Get_rank()
+        self.others = [r for r in range(self.n) if r != self.rank]
         self.tags = tags.arrival(sequence, tags.NOTICE), tags.arrival(sequence, tags.DECISION)
         self.seq = 0
         self._boxes = (np.zeros((self.n, 3)), np.zeros((self.n, 3)))
@@ -116,7 +118,7 @@ class NoticeTable:
         self.place = 0
 
     def _notices(self, seq):
-        return _Notices(self.comm, seq, self._boxes[seq % 2], self.token, self.tags[0])
+        return _Notices(self.comm, seq, self._boxes[seq % 2], self.token, self.tags[0], self.others)
 
     def now(self):
         """This rank's time on rank 0's clock."""
@@ -128,7 +130,7 @@ class NoticeTable:
         passed while the previous call's notices were still coming."""
         t = self.now()
         note = np.array([self.seq, t, self.token])
-        self._send(note, self.tags[0], [r for r in range(self.n) if r != self.rank])
+        self._send(note, self.tags[0], self.others)
         self._mine[self.seq] = t
         if (yield from self.record_before(deadline)) is False:
             return None
@@ -143,10 +145,10 @@ class NoticeTable:
         if self._before is not None:
             if not (yield from self._before.wait(self.n - 1, deadline)):
                 return False
-            times = dict(self._before.heard)
-            times[self.rank] = self._mine.pop(self._before.seq)
-            order = tuple(sorted(times, key=lambda r: (times[r], r)))
-            self._previous = Arrival(order, tuple(times[r] for r in order))
+            stamps = [(t, r) for r, t in self._before.heard.items()]
+            stamps.append((self._mine.pop(self._before.seq), self.rank))
+            stamps.sort()                       # by time, then rank
+            self._previous = Arrival(*zip(*((r, t) for t, r in stamps)))
             self._before = None
         return self._previous
 
@@ -171,7 +173,7 @@ class NoticeTable:
             last = yield from self._decide(deadline)
             if last is not None:
                 decision = np.array([self.seq, last, int(self.token)], np.int64)
-                self._send(decision, self.tags[1], [r for r in range(self.n) if r != self.rank])
+                self._send(decision, self.tags[1], self.others)
             return last
         got = yield from self._decision(deadline)
         if got is None:
@@ -223,8 +225,12 @@ class NoticeTable:
         self._before = self._current
         self.seq += 1
         self._current = self._notices(self.seq)
-        self._sends = [(req, buf) for req, buf in self._sends if not req.Test()]
-        self._sent = {s: k for s, k in self._sent.items() if s >= self.seq - 2}
+        in_flight = []
+        for sent in self._sends:
+            if not sent[0].Test():
+                in_flight.append(sent)
+        self._sends = in_flight
+        self._sent.pop(self.seq - 3, None)    # the counts of the last three calls stay
 
     def settle(self, deadline=0.0):
         """Generator: after the plan, nothing to do (the record comes with the next
@@ -237,11 +243,13 @@ class NoticeTable:
         return self._sent.get(seq, 0)
 
     def _send(self, buf, tag, peers):
-        sends = [(self.comm.Isend(buf, r, tag), buf) for r in peers]
+        requests = []
+        for r in peers:
+            requests.append(self.comm.Isend(buf, r, tag))
+            self._sends.append((requests[-1], buf))
         # One turn of progress now: an MPI may only queue an Isend until the next progress
         # call, and a rank held up right after (descheduled) would deliver it late.
-        MPI.Request.Testall([req for req, _ in sends])
-        self._sends += sends
+        MPI.Request.Testall(requests)
         self._sent[self.seq] = self._sent.get(self.seq, 0) + len(peers)
         self.sent_total += len(peers)
 

@@ -13,9 +13,11 @@ import os
 
 from ..core import config as _config
 from ..core.errors import Pending
-from ..schedule.algorithms import has_roles
+from ..schedule.algorithms import AUTO, NATIVE, has_roles
+from .algorithm import for_layout
 from . import topology as _topology
 from . import tuning as _tuning
+from .tuning import picked
 from .arrival import GroupTable
 from .clock import offsets
 from .notices import NoticeTable
@@ -81,13 +83,34 @@ class Tables:
         self.comm.Free()
 
 
+def decide(seq, args, deadline=0.0):
+    """Generator: (algorithm, straggler, tracked, timing, how) of this call, the same on
+    every rank: what runs on this layout (``for_layout``) and who plays the straggler;
+    whether the call is tracked (it sent arrival notices: ``settle`` ends it); whether
+    it is a timed run of auto's measurements and how auto chose (decide/tuning.py).
+    ``Pending`` when the arrival data do not come by ``deadline``."""
+    name, policy = args.name, args.policy
+    roled = has_roles(name)
+    if not deadline and name != AUTO and not (roled and isinstance(policy, str)):
+        # Nothing to learn from arrivals: no roles, or a fixed straggler.
+        straggler = policy if roled else None
+        return for_layout(name, seq.topology, straggler), straggler, False, False, None
+    before = seq.tracked_seq
+    name, straggler = yield from roles(seq, name, policy, args.out.count * args.out.extent, args.n,
+                                       tracked=bool(deadline), deadline=deadline)
+    timing, how = picked(seq) if args.name == AUTO else (False, None)
+    tracked = seq.tracked_seq != before
+    return (for_layout(name, seq.topology, straggler), straggler, tracked, timing,
+            (how or "model") if args.name == AUTO else None)
+
+
 def roles(seq, name, policy, nbytes, n, tracked=False, deadline=0.0):
     """Generator: (algorithm, straggler) for this call, the same on every rank;
     ``Pending`` when the arrival data do not come by ``deadline``."""
-    needs_roles = name == "auto" or (has_roles(name) and isinstance(policy, str))
+    needs_roles = name == AUTO or (has_roles(name) and isinstance(policy, str))
     if not (needs_roles or (tracked and n > 1)):
         return name, (policy if has_roles(name) else None)
-    if name == "auto" and not tracked and not sampled(seq, n, nbytes):
+    if name == AUTO and not tracked and not sampled(seq, n, nbytes):
         return _tuning.choose(seq, synchronous_algorithm(nbytes, seq.tiers()), nbytes, n), None
     arrivals = seq.arrivals()
     if (yield from arrivals.arrive(deadline)) is None:
@@ -122,7 +145,7 @@ def settle(seq, deadline=0.0):
 
 
 def _choose(seq, arrivals, name, policy, nbytes, n, deadline):
-    if name == "auto":
+    if name == AUTO:
         model = auto_algorithm(seq.history, n, nbytes, seq.tiers(), _tuning.measures(seq))
         name = _tuning.choose(seq, model, nbytes, n)
     if not has_roles(name):

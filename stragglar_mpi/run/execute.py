@@ -21,13 +21,14 @@ from .programs import program
 MEMORY = {"host": HOST, "device": _device.DEVICE}
 
 
-def execute(comm, seq, name, straggler, args, transport, deadline, turn, staging=None):
+def execute(comm, seq, name, straggler, args, deadline, turn, staging=None):
     """Generator: phase 1 and the plan (or the native call) in the call's memory;
     returns (end of phase 1 or None, first receive or None).  Staged, they run in host
     memory.  ``turn``: when the call may issue a collective on the private duplicate
     (core/turns.py ``Turns``).  A message of the wrong size, or an MPI error, in a call
     that the other ranks had given up (they timed out waiting for this rank; the
     messages are what their abandoned call left) raises ``Abandoned``, which says so."""
+    transport = _transport.name()
     try:
         return (yield from _execute(comm, seq, name, straggler, args, transport, deadline, turn,
                                     staging))
@@ -40,7 +41,7 @@ def execute(comm, seq, name, straggler, args, transport, deadline, turn, staging
 def _execute(comm, seq, name, straggler, args, transport, deadline, turn, staging=None):
     if args.route == "staged":
         with _staged.Staging(seq, args, whole=name not in CHUNKED) as staged:
-            return (yield from execute(comm, seq, name, straggler, staged.args, transport,
+            return (yield from execute(comm, seq, name, straggler, staged.args,
                                        deadline, turn, staged))
     if name == NATIVE:
         yield from native(comm, seq, args, MEMORY[args.route], deadline, turn)
