@@ -1,10 +1,12 @@
 """GPU check on a machine with a real GPU (run through check.sh).
 
-    python check.py kernels          every kernel against MPI_Reduce_local; throughput at 64 MiB
+    python check.py kernels          every kernel against MPI_Reduce_local, on small integers and
+                                     on NaN, +-inf and signed zeros; throughput at 64 MiB
     mpiexec -n N python check.py allreduce    Allreduce on one shared GPU: CUDA-aware detection,
                                               every dtype x op, 8 B .. 256 MiB, on every route
 
-Inputs are small integers, so every result is exact in any order.
+Inputs are small integers, so every result is exact in any order, except in the kernels'
+check of special values, where a NaN equals any NaN and everything else must be bit for bit.
 """
 import os
 import sys
@@ -86,6 +88,71 @@ def check_kernels():
             wrong += 1
             print(f"WRONG kernel {opname} {dtype}")
     print(f"kernels: {len(_kernels.OPS)} ops, every dtype: #wrong {wrong}")
+    return wrong == 0
+
+
+def special_values(code):
+    """NaN of both signs, +-inf, +-0, +-1 and the largest finite value; complex: every pair of
+    such parts (one NaN), as tests/unit/test_kernels.py checks them under the simulator."""
+    parts = [np.nan, -np.nan, np.inf, -np.inf, 0.0, -0.0, 1.0, -1.0, np.finfo(code).max]
+    if code not in COMPLEX:
+        return np.array(parts, code)
+    real = np.array(parts[1:], code.lower())
+    values = np.empty(real.size ** 2, code)
+    values.real, values.imag = np.repeat(real, real.size), np.tile(real, real.size)
+    return values
+
+
+def same(got, want):
+    """Elementwise: bit for bit, except that a NaN equals any NaN (the GPU gives the canonical
+    NaN where MPICH keeps an operand's sign and payload)."""
+    if got.dtype.kind == "c":
+        return same(got.real.copy(), want.real.copy()) & same(got.imag.copy(), want.imag.copy())
+    nan_got, nan_want = np.isnan(got), np.isnan(want)
+    bits = got.view(f"u{got.itemsize}") == want.view(f"u{want.itemsize}")
+    return np.where(nan_got | nan_want, nan_got & nan_want, bits)
+
+
+def ulps(got, want):
+    """The largest difference in units in the last place, over finite parts."""
+    got, want = got.view(got.real.dtype), want.view(want.real.dtype)
+    finite = np.isfinite(got) & np.isfinite(want)
+    return float(np.max(np.abs(got - want)[finite] / np.spacing(np.abs(want[finite])), initial=0))
+
+
+def check_special_values():
+    """Every float and complex kernel on every pair of special values against MPI_Reduce_local,
+    and complex PROD on random finite values, with no tolerance: the kernels fuse no product
+    into an FMA (a fused one is off by an ulp or so, which the report shows)."""
+    mpich = "MPICH" in MPI.Get_library_version()
+    wrong, pairs = 0, 0
+    cases = [(c, op) for c in FLOATS for op in ("SUM", "PROD", "MAX", "MIN")] + \
+            [(c, op) for c in COMPLEX for op in ("SUM", "PROD")]
+    for code, opname in cases:
+        if not mpich and opname in ("MAX", "MIN"):
+            continue  # MPI leaves MAX/MIN of NaN and signed zeros open; the kernels give MPICH's
+        values = special_values(code)
+        a, b = np.repeat(values, values.size), np.tile(values, values.size)
+        if code in COMPLEX and opname == "PROD":
+            rng = np.random.default_rng(5)
+            a, b = (np.concatenate([x, (rng.standard_normal((4099, 2)) * 1e3).astype(code.lower())
+                                    .view(code).ravel()]) for x in (a, b))
+        want = b.copy()
+        getattr(MPI, opname).Reduce_local(a, want)
+        db = cuda.to_device(b)
+        _kernels.reduce(cuda.to_device(a), db, opname, 0)
+        got = db.copy_to_host()
+        bad = np.flatnonzero(~same(got, want))
+        pairs += a.size
+        if bad.size:
+            wrong += 1
+            off = ulps(got[bad], want[bad])
+            print(f"WRONG kernel {opname} {np.dtype(code)} on {bad.size} of {a.size} pairs"
+                  + (f" (finite parts up to {off:.0f} ulp off: a product fused into an FMA?)" if off else "")
+                  + ", e.g. " + "; ".join(f"{a[i]} {opname} {b[i]} = {got[i]}, MPI {want[i]}" for i in bad[:3]))
+    print(f"kernels on NaN, +-inf, +-0, +-1, the largest finite value (complex PROD: and random): "
+          f"{len(cases)} dtype x op, {pairs} pairs{'' if mpich else ', MAX/MIN skipped (not MPICH)'}; "
+          f"#wrong {wrong}")
     return wrong == 0
 
 
@@ -189,6 +256,7 @@ def main(argv):
         return 2
     if argv[1:] == ["kernels"]:
         ok = check_kernels()
+        ok = check_special_values() and ok
         return 0 if throughput() and ok else 1
     if argv[1:] == ["allreduce"]:
         return 0 if check_allreduce() else 1

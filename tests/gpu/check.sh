@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # GPU check for a machine with a real GPU, in one command (about 2-4 minutes):
-#   1. every reduction kernel against MPI_Reduce_local, and the kernel's throughput
-#      at 64 MiB against the device's memory bandwidth (target: 70%);
+#   1. every reduction kernel against MPI_Reduce_local, on small integers and, for every
+#      float and complex kernel, on every pair of NaN, +-inf, +-0, +-1 and the largest finite
+#      value (a NaN equals any NaN: the GPU gives the canonical one; all else bit for bit,
+#      complex PROD on random values too: no product may be fused into an FMA), and the
+#      kernel's throughput at 64 MiB against the device's memory bandwidth (target: 70%);
 #   2. whether MPI is CUDA-aware (MPIX queries), then Allreduce of device arrays at 2, 3
 #      and 4 ranks sharing GPU 0, on the staged route and (CUDA-aware MPI only) on device
 #      pointers: every dtype x op in place and not, and float32 SUM from 8 B to 256 MiB
