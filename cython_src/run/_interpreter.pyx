@@ -75,6 +75,7 @@ include "_abandon.pxi"
 include "_machine.pxi"
 include "_waits.pxi"
 include "_progress.pxi"
+include "_drive.pxi"
 
 
 cdef inline int _complete(MPI_Request *reqs, int n, double deadline,

@@ -24,9 +24,9 @@ from ..core import config as _config
 from ..core.errors import Mismatch, Pending, StragglerTimeout
 from ..core.lifetime import PROCESS
 from ..core.state import peek
-from ..core.steps import drive
 from ..decide.roles import decide, settle
 from ..decide.tuning import timed
+from ..run._interpreter import drive
 from ..run.execute import execute as run
 from .record import record
 from .setup import state_of

@@ -1,5 +1,4 @@
-"""The step protocol: what a call's path waits on, who waits for it, and the driver
-that runs one to its end in this thread.
+"""The step protocol: what a call's path waits on, and who waits for it.
 
 A call's path (after bind) is a generator.  Where it would wait, it yields a *step*
 and its driver sends back the step's outcome, or throws in what the step raised; the
@@ -12,22 +11,21 @@ generator's return value is the path's result.  The whole library keeps to it:
   match) or a time to pass.  It completes nothing: the code that waited then completes
   them (``Test``, ``Wait``, ``Mrecv``), so no driver touches an mpi4py request behind
   its back.  Its outcome is True, or False when the time ran out first;
-  a plan machine (run/transport.py, run/_interpreter.pyx ``Machine``): a rank's plan
+  a plan machine (cython_src/run/_machine.pxi ``Machine``): a rank's plan
   in progress.  Its outcome is the MPI_Wtime of its first receive (or None); it raises
   ``Pending``, ``Mismatch`` or the MPI error of a failed plan.
 - **Who drives it**: a blocking call drives its own generator in the caller's thread
-  (``drive``: each step's ``run()``, test and yield); a nonblocking one is an operation
-  of the progress thread (run/engine.py), which polls the steps of every operation in
-  flight without the GIL (a ``Wait`` as the compiled ``Waiting``) and takes the GIL
-  only to resume an operation whose step is over.  The same path runs either way.
+  (cython_src/run/_drive.pxi ``drive``); a nonblocking one is an operation of the
+  progress thread (run/engine.py), which polls the steps of every operation in flight.
+  Both poll a step in compiled code without the GIL (a ``Wait`` as the compiled
+  ``Waiting``) and take the GIL only to resume the generator once the step is over.
+  The same path runs either way.
 - **Naming**: a function that is such a generator says so first in its docstring
   ("Generator: ...") and is called with ``yield from``; one that sometimes waits and
   sometimes not still is one (``immediately``).  ``steps`` (call/allreduce.py) is the
   whole path of a call.
 """
 from __future__ import annotations
-
-import os
 
 from mpi4py import MPI
 
@@ -40,44 +38,6 @@ class Wait:
 
     def __init__(self, requests=(), until=0.0, any=False, probe=None):
         self.requests, self.until, self.any, self.probe = list(requests), until, any, probe
-
-    def run(self):
-        need = 1 if self.any and self.requests else len(self.requests)
-        while True:
-            if self.probe is not None and self.probe[0].Iprobe(MPI.ANY_SOURCE, self.probe[1]):
-                return True
-            if need and sum(map(_complete, self.requests)) >= need:
-                return True
-            if self.until and MPI.Wtime() > self.until:
-                return False
-            if not (need or self.until or self.probe):
-                return True
-            os.sched_yield()
-
-
-def _complete(request):
-    """Whether ``request`` has completed (an error completes it too: whoever completes
-    it then sees the error)."""
-    try:
-        return request.Get_status()
-    except MPI.Exception:
-        return True
-
-
-def drive(gen):
-    """Run the generator ``gen`` to its end in this thread, each step it yields waited
-    here; returns what it returns, raises what it raises."""
-    value, error = None, None
-    while True:
-        try:
-            step = gen.throw(error) if error is not None else gen.send(value)
-        except StopIteration as stop:
-            return stop.value
-        value, error = None, None
-        try:
-            value = step.run()
-        except BaseException as exc:
-            error = exc
 
 
 def complete(requests, until=0.0, statuses=None):

@@ -145,10 +145,12 @@ class NoticeTable:
         if self._before is not None:
             if not (yield from self._before.wait(self.n - 1, deadline)):
                 return False
-            stamps = [(t, r) for r, t in self._before.heard.items()]
-            stamps.append((self._mine.pop(self._before.seq), self.rank))
+            stamps = [(self._mine.pop(self._before.seq), self.rank)]
+            for r, t in self._before.heard.items():
+                stamps.append((t, r))
             stamps.sort()                       # by time, then rank
-            self._previous = Arrival(*zip(*((r, t) for t, r in stamps)))
+            times, order = zip(*stamps)
+            self._previous = Arrival(order, times)
             self._before = None
         return self._previous
 

@@ -13,7 +13,7 @@ import os
 
 from ..core import config as _config
 from ..core.errors import Pending
-from ..schedule.algorithms import AUTO, NATIVE, has_roles
+from ..schedule.algorithms import AUTO, ON_NODES, WITH_ROLES
 from .algorithm import for_layout
 from . import topology as _topology
 from . import tuning as _tuning
@@ -90,26 +90,29 @@ def decide(seq, args, deadline=0.0):
     it is a timed run of auto's measurements and how auto chose (decide/tuning.py).
     ``Pending`` when the arrival data do not come by ``deadline``."""
     name, policy = args.name, args.policy
-    roled = has_roles(name)
+    roled = name in WITH_ROLES
     if not deadline and name != AUTO and not (roled and isinstance(policy, str)):
         # Nothing to learn from arrivals: no roles, or a fixed straggler.
         straggler = policy if roled else None
-        return for_layout(name, seq.topology, straggler), straggler, False, False, None
+        if name in ON_NODES:
+            name = for_layout(name, seq.topology, straggler)
+        return name, straggler, False, False, None
     before = seq.tracked_seq
     name, straggler = yield from roles(seq, name, policy, args.out.count * args.out.extent, args.n,
                                        tracked=bool(deadline), deadline=deadline)
     timing, how = picked(seq) if args.name == AUTO else (False, None)
-    tracked = seq.tracked_seq != before
-    return (for_layout(name, seq.topology, straggler), straggler, tracked, timing,
+    if name in ON_NODES:
+        name = for_layout(name, seq.topology, straggler)
+    return (name, straggler, seq.tracked_seq != before, timing,
             (how or "model") if args.name == AUTO else None)
 
 
 def roles(seq, name, policy, nbytes, n, tracked=False, deadline=0.0):
     """Generator: (algorithm, straggler) for this call, the same on every rank;
     ``Pending`` when the arrival data do not come by ``deadline``."""
-    needs_roles = name == AUTO or (has_roles(name) and isinstance(policy, str))
-    if not (needs_roles or (tracked and n > 1)):
-        return name, (policy if has_roles(name) else None)
+    roled = name in WITH_ROLES
+    if not (name == AUTO or (roled and isinstance(policy, str)) or (tracked and n > 1)):
+        return name, (policy if roled else None)
     if name == AUTO and not tracked and not sampled(seq, n, nbytes):
         return _tuning.choose(seq, synchronous_algorithm(nbytes, seq.tiers()), nbytes, n), None
     arrivals = seq.arrivals()
@@ -122,7 +125,20 @@ def roles(seq, name, policy, nbytes, n, tracked=False, deadline=0.0):
         if seq.log is not None:
             seq.log.arrived(arrivals.seq - 1, previous)
     try:
-        chosen = yield from _choose(seq, arrivals, name, policy, nbytes, n, deadline)
+        if name == AUTO:
+            model = auto_algorithm(seq.history, n, nbytes, seq.tiers(), _tuning.measures(seq))
+            name = _tuning.choose(seq, model, nbytes, n)
+        if name not in WITH_ROLES:
+            chosen = name, None
+        elif policy == "predict":
+            chosen = name, predict_straggler(seq.history, n)
+        elif policy != "arrival":
+            chosen = name, policy
+        else:
+            straggler = yield from arrivals.straggler(deadline)
+            if straggler is None:
+                raise Pending((), "the arrival of the early ranks")
+            chosen = name, straggler
         # Under a deadline the other ranks may have given up this call before this rank
         # came (they timed out waiting for it): then it runs nothing, so nothing that
         # the abandoned call left in flight is taken for its data.
@@ -142,22 +158,6 @@ def settle(seq, deadline=0.0):
     if not (yield from arrivals.settle(deadline)):
         raise Pending((), "the arrival record of this call")
     return arrivals.sent_in(arrivals.seq - 1)
-
-
-def _choose(seq, arrivals, name, policy, nbytes, n, deadline):
-    if name == AUTO:
-        model = auto_algorithm(seq.history, n, nbytes, seq.tiers(), _tuning.measures(seq))
-        name = _tuning.choose(seq, model, nbytes, n)
-    if not has_roles(name):
-        return name, None
-    if policy == "predict":
-        return name, predict_straggler(seq.history, n)
-    if policy != "arrival":
-        return name, policy
-    straggler = yield from arrivals.straggler(deadline)
-    if straggler is None:
-        raise Pending((), "the arrival of the early ranks")
-    return name, straggler
 
 
 def sampled(seq, n, nbytes):

@@ -63,6 +63,9 @@ STRAGGLER_AWARE = tuple(a.name for a in TABLE if a.straggler_aware)
 #: Schedules that name a straggler (the verifier checks it is a rank).
 WITH_STRAGGLER = tuple(a.name for a in TABLE if a.roles and a.schedule) + SCHEDULE_ONLY
 ONE_CHUNK = tuple(a.name for a in TABLE if a.one_chunk)
+#: What takes a straggler; what needs the nodes (decide/algorithm.for_layout may flatten it).
+WITH_ROLES = frozenset(a.name for a in TABLE if a.roles)
+ON_NODES = frozenset(a.name for a in TABLE if a.layout == "nodes")
 CHUNKED = tuple(a.name for a in TABLE if a.chunked)
 #: The demo's rows and the benchmark's default list: the MPI's own first, then our
 #: synchronous schedules, then the straggler-aware ones (table order within each).
@@ -79,5 +82,4 @@ def modelled(roles: bool, spans_nodes: bool) -> tuple:
 
 def has_roles(name: str) -> bool:
     """Whether ``name`` takes a straggler (False for "auto" and unknown names)."""
-    row = BY_NAME.get(name)
-    return row is not None and row.roles
+    return name in WITH_ROLES

@@ -6,7 +6,8 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from stragglar_mpi.core.steps import drive, immediately
+from stragglar_mpi.core.steps import immediately
+from stragglar_mpi.run._interpreter import drive
 from stragglar_mpi.decide import roles as _roles
 from stragglar_mpi.decide import tuning as _tuning
 from stragglar_mpi.decide.arrival import Arrival
