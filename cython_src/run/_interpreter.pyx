@@ -14,7 +14,7 @@ Local rows run on the host with the typed loops below, or for another memory
 operations, called with the GIL; then the backend's queue is synchronised before
 the next round's messages are posted.
 
-Plan rows are int64: (kind, round, peer, buf, offset, count, buf2, offset2).
+Plan rows are int64, their columns named in run/plan.py (``COLUMNS``).
 Offsets are in bytes, counts in elements of the call's datatype.  Counts are
 MPI_Count; mpi_compat.h makes the large-count calls work on MPI-3.1 libraries too.
 Round r's messages carry tag ``tag0 + r % ROUND_TAGS``: the sequence's tags (core/tags.py).
@@ -51,9 +51,12 @@ from mpi4py import MPI as _MPI
 from ..core.tags import ROUND_TAGS as _ROUND_TAGS
 from . import plan as _plan
 
-# Plan rows' kinds (run/plan.py) and the round tags' modulus (core/tags.py), read from
-# their one source at import into C globals that the nogil code compares with.
+# Plan rows' kinds and columns (run/plan.py) and the round tags' modulus (core/tags.py),
+# read from their one source at import into C globals that the nogil code uses.
 cdef int64_t RECV = _plan.RECV, SEND = _plan.SEND, REDUCE = _plan.REDUCE, COPY = _plan.COPY
+cdef Py_ssize_t KIND = _plan.KIND, ROUND = _plan.ROUND, PEER = _plan.PEER, BUF = _plan.BUF
+cdef Py_ssize_t OFFSET = _plan.OFFSET, COUNT = _plan.COUNT, BUF2 = _plan.BUF2
+cdef Py_ssize_t OFFSET2 = _plan.OFFSET2, WIDTH = len(_plan.COLUMNS)
 cdef int ROUND_TAGS = _ROUND_TAGS
 
 cdef enum:

@@ -23,7 +23,7 @@ cdef int _local(PyObject *local, int64_t kind, char *a, char *b, int64_t count,
 
 cdef struct Run:
     # One rank's plan in progress: what ``_advance`` needs, without the GIL.
-    const int64_t *rows       # (nrows, 8), C order
+    const int64_t *rows       # (nrows, WIDTH), C order
     Py_ssize_t nrows
     Py_ssize_t row            # the next row to do
     char *bufs[3]
@@ -47,9 +47,9 @@ cdef struct Run:
 cdef int _row(Run *m, Py_ssize_t i) noexcept nogil:
     """Row ``i``: a round starts, and local work begins, only once this rank's messages
     are complete (AGAIN until then, nothing of the row done)."""
-    cdef const int64_t *row = m.rows + 8 * i
-    cdef int64_t kind = row[0], rnd = row[1]
-    cdef char *a = m.bufs[row[3]] + row[4]
+    cdef const int64_t *row = m.rows + WIDTH * i
+    cdef int64_t kind = row[KIND], rnd = row[ROUND]
+    cdef char *a = m.bufs[row[BUF]] + row[OFFSET]
     cdef int ierr = MPI_SUCCESS
     if rnd != m.rnd or kind == REDUCE or kind == COPY:
         ierr = _settle(&m.p, m.dtype)
@@ -66,24 +66,24 @@ cdef int _row(Run *m, Py_ssize_t i) noexcept nogil:
         m.rnd = rnd
         m.p.round = rnd
     if kind == RECV or kind == SEND:
-        m.p.peers[m.p.n] = <int>row[2]
-        m.p.counts[m.p.n] = row[5] if kind == RECV else -1
+        m.p.peers[m.p.n] = <int>row[PEER]
+        m.p.counts[m.p.n] = row[COUNT] if kind == RECV else -1
         m.p.reqs[m.p.n] = MPI_REQUEST_NULL
         if kind == RECV:
-            ierr = smpi_irecv(a, <MPI_Count>row[5], m.dtype, <int>row[2],
+            ierr = smpi_irecv(a, <MPI_Count>row[COUNT], m.dtype, <int>row[PEER],
                               m.tag0 + <int>(rnd % ROUND_TAGS), m.comm, &m.p.reqs[m.p.n])
         else:
-            ierr = smpi_isend(a, <MPI_Count>row[5], m.dtype, <int>row[2],
+            ierr = smpi_isend(a, <MPI_Count>row[COUNT], m.dtype, <int>row[PEER],
                               m.tag0 + <int>(rnd % ROUND_TAGS), m.comm, &m.p.reqs[m.p.n])
         if ierr == MPI_SUCCESS:
             m.p.n += 1            # a slot only for a request that was made
     elif m.local != NULL:
-        ierr = _local(m.local, kind, a, m.bufs[row[6]] + row[7], row[5], m.extent)
+        ierr = _local(m.local, kind, a, m.bufs[row[BUF2]] + row[OFFSET2], row[COUNT], m.extent)
         m.queued = True
     elif kind == REDUCE:
-        ierr = _reduce(a, m.bufs[row[6]] + row[7], row[5], m.loop, m.dtype, m.op)
+        ierr = _reduce(a, m.bufs[row[BUF2]] + row[OFFSET2], row[COUNT], m.loop, m.dtype, m.op)
     else:
-        memcpy(m.bufs[row[6]] + row[7], a, <size_t>(row[5] * m.extent))
+        memcpy(m.bufs[row[BUF2]] + row[OFFSET2], a, <size_t>(row[COUNT] * m.extent))
     return ierr
 
 
@@ -146,8 +146,8 @@ cdef class Machine:
         cdef int cap = max(maxreq, 1)
         if rows.shape[0] and maxreq < 1:
             raise ValueError("maxreq must be positive")
-        if rows.shape[0] and rows.shape[1] != 8:
-            raise ValueError("plan rows have 8 columns")
+        if rows.shape[0] and rows.shape[1] != WIDTH:
+            raise ValueError(f"plan rows have {WIDTH} columns")
         self._keep = (rows, comm, dtype, op, local, rounds)
         self.m.rows = &rows[0, 0] if rows.shape[0] else NULL
         self.m.nrows, self.m.row = rows.shape[0], 0

@@ -28,9 +28,8 @@ from ..memory import device as _device
 from ..bind.args import Args
 from ..memory.buffers import Message
 from ..memory.host import address
-from .plan import IN, OUT, RECV, REDUCE, COPY
+from .plan import BUF, BUF2, COUNT, IN, KIND, OFFSET, OFFSET2, OUT, RECV, ROUND, SEND
 from ..schedule import chunk_bounds
-
 
 
 class Staging:
@@ -117,14 +116,15 @@ class Staging:
 def _reads_and_last_writes(rows, spans, extent):
     """({round: chunks read from IN}, [last round that writes chunk c of OUT, or -1])."""
     needs, final = {}, [-1] * len(spans)
-    for kind, rnd, _, buf, off, count, buf2, off2 in rows.tolist():
+    for row in rows.tolist():
+        kind, rnd, nbytes = row[KIND], row[ROUND], row[COUNT] * extent
         read = needs.setdefault(rnd, set())
-        if kind != RECV and buf == IN:
-            read.update(_overlapping(spans, off, count * extent))
-        if kind == RECV:
-            buf2, off2 = buf, off
-        if kind in (RECV, REDUCE, COPY) and buf2 == OUT:
-            for c in _overlapping(spans, off2, count * extent):
+        if kind != RECV and row[BUF] == IN:
+            read.update(_overlapping(spans, row[OFFSET], nbytes))
+        # what it writes: a receive its own region, a reduce or a copy the second one
+        buf, off = (row[BUF], row[OFFSET]) if kind == RECV else (row[BUF2], row[OFFSET2])
+        if kind != SEND and buf == OUT:
+            for c in _overlapping(spans, off, nbytes):
                 final[c] = max(final[c], rnd)
     return {r: sorted(cs) for r, cs in needs.items()}, final
 
