@@ -3,8 +3,9 @@
 cdef int _local(PyObject *local, int64_t kind, char *a, char *b, int64_t count,
                 MPI_Aint extent) noexcept with gil:
     """A local operation of a memory backend other than the host (see _memory): REDUCE,
-    COPY, with kind -1 the synchronisation of what it queued, with kind -2 the start
-    of round ``count`` (``rounds.begin``: staged copies, _staged)."""
+    COPY, with kind -1 the synchronisation of what it queued; or of the plan's round hook
+    (run/staged.py, bench/rounds.py): with kind -2 the start of round ``count``
+    (``rounds.begin``), with kind -3 its end (``rounds.end``)."""
     backend = <object>local
     try:
         if kind == REDUCE:
@@ -13,6 +14,8 @@ cdef int _local(PyObject *local, int64_t kind, char *a, char *b, int64_t count,
             backend.copy(<uintptr_t>a, <uintptr_t>b, count * extent)
         elif kind == -2:
             backend.begin(count)
+        elif kind == -3:
+            backend.end(count)
         else:
             backend.sync()
     except BaseException as exc:
@@ -33,7 +36,7 @@ cdef struct Run:
     MPI_Aint extent
     int loop
     PyObject *local           # NULL: host loops; else the backend's table (called with the GIL)
-    PyObject *rounds          # NULL, or told when each round starts
+    PyObject *rounds          # NULL, or told when each round starts and ends
     int tag0                  # round r sends with tag tag0 + r % ROUND_TAGS
     int64_t rnd               # the round started last (-1: none)
     bint queued               # local work of the backend not yet synchronised
@@ -59,8 +62,8 @@ cdef int _row(Run *m, Py_ssize_t i) noexcept nogil:
             # The round's sends may read, and its receives overwrite, what the queue touches.
             ierr = _local(m.local, -1, NULL, NULL, 0, m.extent)
             m.queued = False
-        if ierr == MPI_SUCCESS and m.rounds != NULL and rnd != m.rnd:
-            ierr = _local(m.rounds, -2, NULL, NULL, rnd, m.extent)
+        if ierr == MPI_SUCCESS and rnd != m.rnd:
+            ierr = _hook(m, rnd)
         if ierr != MPI_SUCCESS:
             return ierr
         m.rnd = rnd
@@ -100,6 +103,21 @@ cdef int _advance(Run *m) noexcept nogil:
     if ierr == MPI_SUCCESS and m.queued:
         ierr = _local(m.local, -1, NULL, NULL, 0, m.extent)
         m.queued = False
+    if ierr == MPI_SUCCESS:
+        ierr = _hook(m, -1)
+    return ierr
+
+
+cdef int _hook(Run *m, int64_t rnd) noexcept nogil:
+    """The round hook told that the round started last has ended (its messages complete,
+    its local work synchronised) and that round ``rnd`` starts (-1: the plan ends)."""
+    cdef int ierr = MPI_SUCCESS
+    if m.rounds == NULL:
+        return ierr
+    if m.rnd >= 0:
+        ierr = _local(m.rounds, -3, NULL, NULL, m.rnd, m.extent)
+    if ierr == MPI_SUCCESS and rnd >= 0:
+        ierr = _local(m.rounds, -2, NULL, NULL, rnd, m.extent)
     return ierr
 
 

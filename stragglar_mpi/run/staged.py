@@ -13,8 +13,8 @@ buffers live).  ``Staging`` wraps the call:
 - the straggler, and every rank of an algorithm without phase 1, copies in chunk by
   chunk: before each round starts (``begin``), the chunks it reads must be in and the
   next round's are queued, so the copy of round r+1's data overlaps round r;
-- every chunk of the result is copied back as soon as the plan no longer writes it,
-  while the later rounds run; the rest when the call ends.
+- every chunk of the result is copied back as soon as a round ends after which the plan
+  no longer writes it (``end``), while the later rounds run; the rest when the call ends.
 
 Copies run on two streams (in and out) and are complete when the call returns.
 After a failure no copy into the caller's buffer is left queued, none is started,
@@ -72,8 +72,7 @@ class Staging:
             self._fetch(self.needs[self.rounds[0]])
 
     def begin(self, rnd):
-        """Round ``rnd`` starts: deliver what is final, wait for its data, queue the next's."""
-        self._deliver(c for c, last in enumerate(self.final) if last < rnd)
+        """Round ``rnd`` starts: wait for its data, queue the next's."""
         if self.whole:
             return
         self._fetch(self.needs.get(rnd, ()))
@@ -82,6 +81,10 @@ class Staging:
         later = [r for r in self.rounds if r > rnd]
         if later:
             self._fetch(self.needs[later[0]])
+
+    def end(self, rnd):
+        """Round ``rnd`` ended: deliver what the plan no longer writes."""
+        self._deliver(c for c, last in enumerate(self.final) if last <= rnd)
 
     def _fetch_all(self):
         self.whole = True
