@@ -29,7 +29,6 @@ from ..decide import roles as _roles
 from ..decide import tuning as _tuning
 from ..decide.algorithm import for_layout
 from ..memory.buffers import Message
-from ..run import transport as _transport
 from ..run.execute import execute
 from ..schedule.algorithms import NATIVE
 from .record import CallRecord, record
@@ -125,8 +124,7 @@ def steps(comm, seq, args, settings, t_call, deadline, turn):
     try:
         name, straggler, tracked = yield from _decide(seq, args, deadline)
         timed, how = _tuning.picked(seq)   # a run of auto's measurements (decide/tuning.py)
-        transport = None if name == NATIVE else _transport.name(settings)
-        t_p1, first = yield from execute(comm, seq, name, straggler, args, transport, deadline, turn)
+        t_p1, first = yield from execute(comm, seq, name, straggler, args, deadline, turn)
     except (Pending, Mismatch):
         raise
     except BaseException as exc:
@@ -142,7 +140,7 @@ def steps(comm, seq, args, settings, t_call, deadline, turn):
     t_end = MPI.Wtime()
     how = (how or "model") if args.name == "auto" else None
     rec = CallRecord(name, straggler, args.policy, t_call, t_p1 or t_call, first, t_end,
-                     transport, args.route, sent, how)
+                     args.route, sent, how)
     record(seq.owner, rec)
     if tracked and seq is seq.owner:      # the straggler report keeps the blocking calls
         post = t_end - (first if first is not None else t_call)
