@@ -27,9 +27,9 @@ thread's loop (_progress.pxi).
 from mpi4py cimport MPI
 from mpi4py.libmpi cimport (
     MPI_Comm, MPI_Datatype, MPI_Op, MPI_Request, MPI_Count, MPI_Aint, MPI_Status,
-    MPI_SUCCESS, MPI_REQUEST_NULL, MPI_STATUSES_IGNORE, MPI_ERR_IN_STATUS, MPI_ERR_PENDING,
+    MPI_SUCCESS, MPI_REQUEST_NULL, MPI_ERR_IN_STATUS, MPI_ERR_PENDING,
     MPI_Testall, MPI_Test, MPI_Cancel, MPI_Request_free, MPI_STATUS_IGNORE,
-    MPI_Type_get_extent, MPI_BYTE, MPI_Wtime, MPI_Get_elements_x, MPI_Request_get_status,
+    MPI_Type_get_extent, MPI_Wtime, MPI_Get_elements_x, MPI_Request_get_status,
     MPI_Iprobe, MPI_ANY_SOURCE,
 )
 from libc.string cimport memcpy
@@ -78,38 +78,6 @@ include "_abandon.pxi"
 include "_machine.pxi"
 include "_waits.pxi"
 include "_progress.pxi"
-
-
-cdef inline int _complete(MPI_Request *reqs, int n, double deadline,
-                          MPI_Status *statuses=NULL) noexcept nogil:
-    # Test and yield, never a blocking spin; TIMED_OUT once MPI_Wtime passes deadline (> 0).
-    cdef int flag = 0, ierr = MPI_SUCCESS
-    while True:
-        ierr = MPI_Testall(n, reqs, &flag, statuses if statuses != NULL else MPI_STATUSES_IGNORE)
-        if ierr != MPI_SUCCESS or flag:
-            return ierr
-        if deadline > 0 and MPI_Wtime() > deadline:
-            return TIMED_OUT
-        sched_yield()
-
-
-def ping(MPI.Comm comm, int peer, int nbytes, int tag=0):
-    """Round trip of ``nbytes`` with ``peer`` through the compiled path; returns the bytes received."""
-    cdef bytearray out = bytearray(nbytes)
-    cdef bytearray data = bytearray((comm.Get_rank() + i) % 256 for i in range(nbytes))
-    cdef char *sbuf = data
-    cdef char *rbuf = out
-    cdef MPI_Request reqs[2]
-    cdef int ierr
-    with nogil:
-        ierr = smpi_irecv(rbuf, nbytes, MPI_BYTE, peer, tag, comm.ob_mpi, &reqs[0])
-        if ierr == MPI_SUCCESS:
-            ierr = smpi_isend(sbuf, nbytes, MPI_BYTE, peer, tag, comm.ob_mpi, &reqs[1])
-        if ierr == MPI_SUCCESS:
-            ierr = _complete(reqs, 2, 0.0)
-    if ierr != MPI_SUCCESS:
-        raise _MPI.Exception(ierr)
-    return bytes(out)
 
 
 def built_for():

@@ -51,15 +51,10 @@ class _Round:
         return off
 
 
-def compile_plan(schedule, rank, count, extent, in_place, commutative, prepared=()):
-    """Plan for ``rank``; ``prepared`` lists the chunks that phase 1 left in OUT."""
-    return compile_rounds(schedule.rounds, schedule.chunks, rank, count, extent, in_place,
-                          commutative, prepared)
-
-
 def compile_rounds(per_round, chunks, rank, count, extent, in_place, commutative, prepared=()):
     """Plan for ``rank`` from its transfers round by round (others' are ignored), so
-    a rank's own slice (``schedule.rank_view``) compiles in time linear in its rounds."""
+    a rank's own slice (``schedule.rank_view``) compiles in time linear in its rounds;
+    ``prepared`` lists the chunks that phase 1 left in OUT."""
     bounds = [(off * extent, n) for off, n in chunk_bounds(count, chunks)]
     where = [OUT if (in_place or c in prepared) else IN for c in range(chunks)]
     rounds = []
