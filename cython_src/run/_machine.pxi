@@ -207,8 +207,7 @@ cdef class Machine:
         """Poll to the end in this thread, testing and yielding (never a blocking spin);
         returns what ``result`` returns."""
         with nogil:
-            while _poll_run(&self.m) == PENDING:
-                sched_yield()
+            _to_end(&self.m, True)
         return self.result()
 
     def result(self):
