@@ -84,7 +84,8 @@ def _context(comm, args, dtype, max_bytes):
 
 
 def _prewarm(ctx):
-    """Build every straggler's sub-communicator now, not inside a timed call."""
+    """Build every straggler's plans now (the schedule, this rank's slice), not inside a
+    timed call."""
     ctx.count = min(ctx.send_all.size, 64)
     for late in range(ctx.comm.Get_size()):
         Allreduce(ctx.comm, ctx.send, ctx.recv, ctx.op, straggler=late, algorithm=STRAGGLAR)
