@@ -1,7 +1,6 @@
 # make demo : local venv, install, run the demo under mpiexec (4 ranks, one late)
 # make test : local venv, install with the test extra, run the whole test suite
-# make test-mpi FILE=mpi/test_allreduce.py NP=4 [TRANSPORT=cython] : one MPI test file
-#   at one world size (both transports unless TRANSPORT says one)
+# make test-mpi FILE=mpi/test_allreduce.py NP=4 : one MPI test file at one world size
 # make test-torch : the PyTorch DDP hook (docs/TORCH.md): installs the CPU torch wheel into the
 #   venv (TORCH_PIP, pip's arguments), runs tests/test_torch.py (2, 3, 4 ranks and the timeouts)
 # make test-mpis : what CI runs on an MPI other than the default (docs/MPIS.md)
@@ -55,7 +54,7 @@ $(VENV)/.installed: $(SOURCES)
 ifeq ($(MPI),mpich)
 	$(PY) -m pip install -q ".[test]"
 	@# Also build the extension in the source tree, so that `python -m stragglar_mpi...`
-	@# run from this folder (which imports the source tree) has the compiled transport.
+	@# run from this folder (which imports the source tree) has the compiled modules.
 	$(PY) -m pip install -q "setuptools>=77" "cython>=3.0"
 	$(PY) setup.py -q build_ext --inplace
 else
@@ -84,9 +83,8 @@ test: $(VENV)/.installed
 
 # One MPI test file (tests/mpi/...) at one world size, through the suite's launcher.
 FILE      ?= mpi
-TRANSPORT ?= cython,python
 test-mpi: $(VENV)/.installed
-	$(RUN_IN_TESTS) SMPI_TEST_FILES="$(FILE)" SMPI_TEST_SIZES=$(NP) SMPI_TEST_TRANSPORTS=$(TRANSPORT) \
+	$(RUN_IN_TESTS) SMPI_TEST_FILES="$(FILE)" SMPI_TEST_SIZES=$(NP) \
 	    $(abspath $(PY)) -m pytest -ra -s test_mpi.py::test_mpi_suite $(PYTEST_ARGS)
 
 # The registry here serves the CPU build as torch==2.13.0+cpu (183 MB; plain `torch` is the CUDA
@@ -97,13 +95,12 @@ test-torch: $(VENV)/.installed
 	$(RUN_IN_TESTS) SMPI_TEST_NO_SKIP=1 $(abspath $(PY)) -m pytest -ra -v test_torch.py $(PYTEST_ARGS)
 
 # What CI runs on an MPI other than the default: the MPI test files at 2, 3, 4 ranks and
-# the timeout tests (one transport), mpi4py's Allreduce tests with Comm at 2 and 3 ranks,
+# the timeout tests, mpi4py's Allreduce tests with Comm at 2 and 3 ranks,
 # random calls (tests/perf/soak.py) at 3 and 5.  No test may be skipped or deselected away.
 # A launch is killed after CI_TIMEOUT s (a hang fails; the limit leaves room for a loaded machine).
-CI_TRANSPORT ?= cython
 CI_TIMEOUT   ?= 600
 test-mpis: $(VENV)/.installed
-	$(RUN_IN_TESTS) SMPI_TEST_TIMEOUT=$(CI_TIMEOUT) SMPI_TEST_SIZES=2,3,4 SMPI_TEST_TRANSPORTS=$(CI_TRANSPORT) SMPI_TEST_MPI4PY_SIZES=2,3 \
+	$(RUN_IN_TESTS) SMPI_TEST_TIMEOUT=$(CI_TIMEOUT) SMPI_TEST_SIZES=2,3,4 SMPI_TEST_MPI4PY_SIZES=2,3 \
 	    SMPI_TEST_NO_SKIP=1 $(abspath $(PY)) -m pytest -ra -v test_mpi.py::test_mpi_suite \
 	    test_mpi.py::test_mpi_timeouts test_mpi.py::test_random_calls test_mpi4py_suite.py $(PYTEST_ARGS)
 

@@ -23,7 +23,6 @@ def info() -> dict:
         "MPI standard": "%d.%d" % MPI.Get_version(),
         "MPI features": _mpi_features(_features, _transport._interpreter),
         "compiled transport": f"loaded ({_transport._interpreter.__file__})",
-        "transport in use": _transport.name(),
         "compiled entry": f"loaded ({_entry.__file__})",
         **_cuda_info(),
     }

@@ -1,7 +1,6 @@
 """The per-round profile (``python -m stragglar_mpi.bench.rounds``, docs/BENCHMARKS.md) runs
 under mpiexec and prints a timeline whose rounds receive what the plan sends after the
-arrival (it used to raise AttributeError: its hook named a transport function that a
-redesign removed)."""
+arrival (its stamps come from the compiled interpreter's round hook: ``end(round)``)."""
 import re
 import sys
 

@@ -1,12 +1,11 @@
-"""Launch the tests in mpi/ under ``mpiexec -n N`` for several world sizes and both transports.
+"""Launch the tests in mpi/ under ``mpiexec -n N`` for several world sizes.
 
 A hung run is killed after SMPI_TEST_TIMEOUT seconds (by the launcher, see
 launcher.py, and the subprocess timeout behind it), so a deadlock fails the test
-instead of eating the CI budget.  SMPI_TEST_SIZES / SMPI_TEST_TRANSPORTS
-(comma-separated) narrow the matrix (by default the pure-Python transport runs at 2-4
-ranks only, see PYTHON_SIZES), SMPI_TEST_FILES (space-separated, under tests/) the
-files of test_mpi_suite (`make test-mpi FILE=mpi/test_allreduce.py NP=4`), and
-SMPI_TEST_RANDOM_SIZES the sizes of the random calls (tests/perf/soak.py).
+instead of eating the CI budget.  SMPI_TEST_SIZES (comma-separated) narrows the world
+sizes, SMPI_TEST_FILES (space-separated, under tests/) the files of test_mpi_suite
+(`make test-mpi FILE=mpi/test_allreduce.py NP=4`), and SMPI_TEST_RANDOM_SIZES the sizes
+of the random calls (tests/perf/soak.py).
 """
 import os
 import subprocess
@@ -21,27 +20,19 @@ import launcher
 
 HERE = Path(__file__).resolve().parent
 SIZES = [int(n) for n in os.environ.get("SMPI_TEST_SIZES", "1,2,3,4,5,8").split(",")]
-TRANSPORTS = os.environ.get("SMPI_TEST_TRANSPORTS", "cython,python").split(",")
-# The pure-Python transport runs the same plans (the same rows, phases and schedules) as
-# the compiled one; by default it runs the MPI files at 2, 3 and 4 ranks (even and odd,
-# n-1 a power of two and not), the compiled one at every size.  SMPI_TEST_SIZES, when
-# set, applies to both.
-PYTHON_SIZES = SIZES if "SMPI_TEST_SIZES" in os.environ else [2, 3, 4]
-MATRIX = [(n, t) for t in TRANSPORTS for n in SIZES if t != "python" or n in PYTHON_SIZES]
 TIMEOUT = int(os.environ.get("SMPI_TEST_TIMEOUT", "300"))
 FILES = os.environ.get("SMPI_TEST_FILES", "mpi").split()
 RANDOM_SIZES = [int(n) for n in os.environ.get("SMPI_TEST_RANDOM_SIZES", "3,5").split(",")]
 TAIL = 60000     # characters of a failed launch's output shown (room for every rank's stacks)
 
 
-def run_mpi(n, args, transport="cython", timeout=TIMEOUT, extra_env=None, ranks=None):
+def run_mpi(n, args, timeout=TIMEOUT, extra_env=None, ranks=None):
     """``ranks``: MPMD launch, one ``(count, [env assignments])`` per block of ranks."""
     if "-m" not in args:    # timeouts run in their own launch (test_mpi_timeouts)
         args = ["-m", "not slow and not timeouts", *args]
     argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-x", *args]
     with tempfile.TemporaryDirectory(prefix="smpi-stacks-") as stacks:
-        env = dict(SMPI_TEST_IN_MPIEXEC="1", STRAGGLAR_TRANSPORT=transport,
-                   NUMBA_ENABLE_CUDASIM="1", SMPI_TEST_INSTALLED="1", SMPI_TEST_DUMP_TO=stacks,
+        env = dict(SMPI_TEST_IN_MPIEXEC="1", NUMBA_ENABLE_CUDASIM="1", SMPI_TEST_INSTALLED="1", SMPI_TEST_DUMP_TO=stacks,
                    SMPI_TEST_DUMP_AT=str(time.time() + max(timeout - 45, timeout * 0.8)), **(extra_env or {}))
         rc, out, _ = launcher.run(n, argv, timeout, cwd=HERE, env=env, ranks=ranks)
         if rc != 0:
@@ -57,36 +48,34 @@ def hang_stacks(folder):
                    for rank, text in dumps if text.strip())
 
 
-@pytest.mark.parametrize("n,transport", MATRIX, ids=[f"{n}-{t}" for n, t in MATRIX])
-def test_mpi_suite(n, transport):
-    rc, out = run_mpi(n, ["-m", "not slow and not timeouts", *FILES], transport)
+@pytest.mark.parametrize("n", SIZES)
+def test_mpi_suite(n):
+    rc, out = run_mpi(n, ["-m", "not slow and not timeouts", *FILES])
     summary = [line for line in out.splitlines() if " passed" in line or " failed" in line]
-    print(f"mpiexec -n {n} ({transport}):", summary[-1] if summary else "(no summary)")
+    print(f"mpiexec -n {n}:", summary[-1] if summary else "(no summary)")
     assert rc == 0, out[-TAIL:]
 
 
 TIMEOUT_FILES = ["mpi/test_reliability.py", "mpi/test_nonblocking.py", "mpi/test_late_past_timeout.py"]
 
 
-@pytest.mark.parametrize("transport", TRANSPORTS)
-def test_mpi_timeouts(transport):
+def test_mpi_timeouts():
     """The tests that let a timeout expire, in their own processes at 4 ranks: after a
     timeout a job should abort, so they do not share a process with the rest."""
-    rc, out = run_mpi(4, ["-m", "timeouts", *TIMEOUT_FILES], transport)
+    rc, out = run_mpi(4, ["-m", "timeouts", *TIMEOUT_FILES])
     summary = [line for line in out.splitlines() if " passed" in line or " failed" in line]
-    print(f"mpiexec -n 4 timeouts ({transport}):", summary[-1] if summary else "(no summary)")
+    print("mpiexec -n 4 timeouts:", summary[-1] if summary else "(no summary)")
     assert rc == 0, out[-TAIL:]
 
 
-@pytest.mark.parametrize("transport", TRANSPORTS)
 @pytest.mark.parametrize("n", RANDOM_SIZES)
-def test_random_calls(n, transport):
+def test_random_calls(n):
     """tests/perf/soak.py, short: random sizes, datatypes, ops, late ranks, policies and
     algorithms, each result compared with the native Allreduce; nothing may grow."""
     argv = [sys.executable, str(HERE / "perf" / "soak.py"), "--calls", "300", "--warmup", "100",
             "--max-bytes", "256K"]
-    rc, out, _ = launcher.run(n, argv, TIMEOUT, cwd=HERE, env={"STRAGGLAR_TRANSPORT": transport})
-    print(f"mpiexec -n {n} random calls ({transport}):", out.strip().splitlines()[-1:] or "(no output)")
+    rc, out, _ = launcher.run(n, argv, TIMEOUT, cwd=HERE)
+    print(f"mpiexec -n {n} random calls:", out.strip().splitlines()[-1:] or "(no output)")
     assert rc == 0 and "errors 0" in out, out[-TAIL:]
 
 
@@ -96,7 +85,7 @@ NODES = pytest.mark.skipif(not launcher.emulates_nodes(), reason="this MPI canno
 
 # Emulated nodes: the mpich wheel puts rank r on node r mod K (MPIR_CVAR_NUM_CLIQUES=K);
 # traffic between them goes over TCP loopback.  (n, K): 2x2, 2x4, 4x2 and 3,3,2.
-CLIQUE_RUNS = [(4, 2, "cython"), (8, 2, "cython"), (8, 4, "cython"), (8, 3, "cython"), (8, 3, "python")]
+CLIQUE_RUNS = [(4, 2), (8, 2), (8, 4), (8, 3)]
 
 
 def _cliques(k):
@@ -104,10 +93,9 @@ def _cliques(k):
 
 
 @NODES
-@pytest.mark.parametrize("n,k,transport", CLIQUE_RUNS)
-def test_hierarchical_on_emulated_nodes(n, k, transport):
-    rc, out = run_mpi(n, ["mpi/test_hierarchical.py", "mpi/test_hring.py"], transport,
-                      extra_env=_cliques(k))
+@pytest.mark.parametrize("n,k", CLIQUE_RUNS)
+def test_hierarchical_on_emulated_nodes(n, k):
+    rc, out = run_mpi(n, ["mpi/test_hierarchical.py", "mpi/test_hring.py"], extra_env=_cliques(k))
     assert rc == 0, out[-TAIL:]
 
 
@@ -152,12 +140,11 @@ FAKETIME = [p for p in ("/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1",
                         "/usr/lib/faketime/libfaketimeMT.so.1") if Path(p).exists()]
 
 
-@pytest.mark.parametrize("transport", ["cython", "python"])
 @NODES
 @pytest.mark.parametrize("layout", CLIQUES)
-def test_arrival_on_emulated_nodes(layout, transport):
+def test_arrival_on_emulated_nodes(layout):
     n, env = CLIQUES[layout]
-    rc, out = run_mpi(n, ["mpi/test_arrival.py", "mpi/test_policy.py"], transport,
+    rc, out = run_mpi(n, ["mpi/test_arrival.py", "mpi/test_policy.py"],
                       extra_env=dict(env, UCX_TLS="tcp,self"))
     assert rc == 0, out[-TAIL:]
 

@@ -14,7 +14,7 @@ Local rows run on the host with the typed loops below, or for another memory
 operations, called with the GIL; then the backend's queue is synchronised before
 the next round's messages are posted.
 
-Plan rows are int64: (kind, round, peer, buf, offset, count, buf2, offset2).
+Plan rows are int64, their columns named in run/plan.py (``COLUMNS``).
 Offsets are in bytes, counts in elements of the call's datatype.  Counts are
 MPI_Count; mpi_compat.h makes the large-count calls work on MPI-3.1 libraries too.
 Round r's messages carry tag ``tag0 + r % ROUND_TAGS``: the sequence's tags (core/tags.py).
@@ -27,9 +27,9 @@ thread's loop (_progress.pxi).
 from mpi4py cimport MPI
 from mpi4py.libmpi cimport (
     MPI_Comm, MPI_Datatype, MPI_Op, MPI_Request, MPI_Count, MPI_Aint, MPI_Status,
-    MPI_SUCCESS, MPI_REQUEST_NULL, MPI_STATUSES_IGNORE, MPI_ERR_IN_STATUS, MPI_ERR_PENDING,
+    MPI_SUCCESS, MPI_REQUEST_NULL, MPI_ERR_IN_STATUS, MPI_ERR_PENDING,
     MPI_Testall, MPI_Test, MPI_Cancel, MPI_Request_free, MPI_STATUS_IGNORE,
-    MPI_Type_get_extent, MPI_BYTE, MPI_Wtime, MPI_Get_elements_x, MPI_Request_get_status,
+    MPI_Type_get_extent, MPI_Wtime, MPI_Get_elements_x, MPI_Request_get_status,
     MPI_Iprobe, MPI_ANY_SOURCE,
 )
 from libc.string cimport memcpy
@@ -51,9 +51,12 @@ from mpi4py import MPI as _MPI
 from ..core.tags import ROUND_TAGS as _ROUND_TAGS
 from . import plan as _plan
 
-# Plan rows' kinds (run/plan.py) and the round tags' modulus (core/tags.py), read from
-# their one source at import into C globals that the nogil code compares with.
+# Plan rows' kinds and columns (run/plan.py) and the round tags' modulus (core/tags.py),
+# read from their one source at import into C globals that the nogil code uses.
 cdef int64_t RECV = _plan.RECV, SEND = _plan.SEND, REDUCE = _plan.REDUCE, COPY = _plan.COPY
+cdef Py_ssize_t KIND = _plan.KIND, ROUND = _plan.ROUND, PEER = _plan.PEER, BUF = _plan.BUF
+cdef Py_ssize_t OFFSET = _plan.OFFSET, COUNT = _plan.COUNT, BUF2 = _plan.BUF2
+cdef Py_ssize_t OFFSET2 = _plan.OFFSET2, WIDTH = len(_plan.COLUMNS)
 cdef int ROUND_TAGS = _ROUND_TAGS
 
 cdef enum:
@@ -76,38 +79,6 @@ include "_machine.pxi"
 include "_waits.pxi"
 include "_progress.pxi"
 include "_drive.pxi"
-
-
-cdef inline int _complete(MPI_Request *reqs, int n, double deadline,
-                          MPI_Status *statuses=NULL) noexcept nogil:
-    # Test and yield, never a blocking spin; TIMED_OUT once MPI_Wtime passes deadline (> 0).
-    cdef int flag = 0, ierr = MPI_SUCCESS
-    while True:
-        ierr = MPI_Testall(n, reqs, &flag, statuses if statuses != NULL else MPI_STATUSES_IGNORE)
-        if ierr != MPI_SUCCESS or flag:
-            return ierr
-        if deadline > 0 and MPI_Wtime() > deadline:
-            return TIMED_OUT
-        sched_yield()
-
-
-def ping(MPI.Comm comm, int peer, int nbytes, int tag=0):
-    """Round trip of ``nbytes`` with ``peer`` through the compiled path; returns the bytes received."""
-    cdef bytearray out = bytearray(nbytes)
-    cdef bytearray data = bytearray((comm.Get_rank() + i) % 256 for i in range(nbytes))
-    cdef char *sbuf = data
-    cdef char *rbuf = out
-    cdef MPI_Request reqs[2]
-    cdef int ierr
-    with nogil:
-        ierr = smpi_irecv(rbuf, nbytes, MPI_BYTE, peer, tag, comm.ob_mpi, &reqs[0])
-        if ierr == MPI_SUCCESS:
-            ierr = smpi_isend(sbuf, nbytes, MPI_BYTE, peer, tag, comm.ob_mpi, &reqs[1])
-        if ierr == MPI_SUCCESS:
-            ierr = _complete(reqs, 2, 0.0)
-    if ierr != MPI_SUCCESS:
-        raise _MPI.Exception(ierr)
-    return bytes(out)
 
 
 def built_for():

@@ -3,8 +3,9 @@
 cdef int _local(PyObject *local, int64_t kind, char *a, char *b, int64_t count,
                 MPI_Aint extent) noexcept with gil:
     """A local operation of a memory backend other than the host (see _memory): REDUCE,
-    COPY, with kind -1 the synchronisation of what it queued, with kind -2 the start
-    of round ``count`` (``rounds.begin``: staged copies, _staged)."""
+    COPY, with kind -1 the synchronisation of what it queued; or of the plan's round hook
+    (run/staged.py, bench/rounds.py): with kind -2 the start of round ``count``
+    (``rounds.begin``), with kind -3 its end (``rounds.end``)."""
     backend = <object>local
     try:
         if kind == REDUCE:
@@ -13,6 +14,8 @@ cdef int _local(PyObject *local, int64_t kind, char *a, char *b, int64_t count,
             backend.copy(<uintptr_t>a, <uintptr_t>b, count * extent)
         elif kind == -2:
             backend.begin(count)
+        elif kind == -3:
+            backend.end(count)
         else:
             backend.sync()
     except BaseException as exc:
@@ -23,7 +26,7 @@ cdef int _local(PyObject *local, int64_t kind, char *a, char *b, int64_t count,
 
 cdef struct Run:
     # One rank's plan in progress: what ``_advance`` needs, without the GIL.
-    const int64_t *rows       # (nrows, 8), C order
+    const int64_t *rows       # (nrows, WIDTH), C order
     Py_ssize_t nrows
     Py_ssize_t row            # the next row to do
     char *bufs[3]
@@ -33,7 +36,7 @@ cdef struct Run:
     MPI_Aint extent
     int loop
     PyObject *local           # NULL: host loops; else the backend's table (called with the GIL)
-    PyObject *rounds          # NULL, or told when each round starts
+    PyObject *rounds          # NULL, or told when each round starts and ends
     int tag0                  # round r sends with tag tag0 + r % ROUND_TAGS
     int64_t rnd               # the round started last (-1: none)
     bint queued               # local work of the backend not yet synchronised
@@ -47,9 +50,9 @@ cdef struct Run:
 cdef int _row(Run *m, Py_ssize_t i) noexcept nogil:
     """Row ``i``: a round starts, and local work begins, only once this rank's messages
     are complete (AGAIN until then, nothing of the row done)."""
-    cdef const int64_t *row = m.rows + 8 * i
-    cdef int64_t kind = row[0], rnd = row[1]
-    cdef char *a = m.bufs[row[3]] + row[4]
+    cdef const int64_t *row = m.rows + WIDTH * i
+    cdef int64_t kind = row[KIND], rnd = row[ROUND]
+    cdef char *a = m.bufs[row[BUF]] + row[OFFSET]
     cdef int ierr = MPI_SUCCESS
     if rnd != m.rnd or kind == REDUCE or kind == COPY:
         ierr = _settle(&m.p, m.dtype)
@@ -59,31 +62,31 @@ cdef int _row(Run *m, Py_ssize_t i) noexcept nogil:
             # The round's sends may read, and its receives overwrite, what the queue touches.
             ierr = _local(m.local, -1, NULL, NULL, 0, m.extent)
             m.queued = False
-        if ierr == MPI_SUCCESS and m.rounds != NULL and rnd != m.rnd:
-            ierr = _local(m.rounds, -2, NULL, NULL, rnd, m.extent)
+        if ierr == MPI_SUCCESS and rnd != m.rnd:
+            ierr = _hook(m, rnd)
         if ierr != MPI_SUCCESS:
             return ierr
         m.rnd = rnd
         m.p.round = rnd
     if kind == RECV or kind == SEND:
-        m.p.peers[m.p.n] = <int>row[2]
-        m.p.counts[m.p.n] = row[5] if kind == RECV else -1
+        m.p.peers[m.p.n] = <int>row[PEER]
+        m.p.counts[m.p.n] = row[COUNT] if kind == RECV else -1
         m.p.reqs[m.p.n] = MPI_REQUEST_NULL
         if kind == RECV:
-            ierr = smpi_irecv(a, <MPI_Count>row[5], m.dtype, <int>row[2],
+            ierr = smpi_irecv(a, <MPI_Count>row[COUNT], m.dtype, <int>row[PEER],
                               m.tag0 + <int>(rnd % ROUND_TAGS), m.comm, &m.p.reqs[m.p.n])
         else:
-            ierr = smpi_isend(a, <MPI_Count>row[5], m.dtype, <int>row[2],
+            ierr = smpi_isend(a, <MPI_Count>row[COUNT], m.dtype, <int>row[PEER],
                               m.tag0 + <int>(rnd % ROUND_TAGS), m.comm, &m.p.reqs[m.p.n])
         if ierr == MPI_SUCCESS:
             m.p.n += 1            # a slot only for a request that was made
     elif m.local != NULL:
-        ierr = _local(m.local, kind, a, m.bufs[row[6]] + row[7], row[5], m.extent)
+        ierr = _local(m.local, kind, a, m.bufs[row[BUF2]] + row[OFFSET2], row[COUNT], m.extent)
         m.queued = True
     elif kind == REDUCE:
-        ierr = _reduce(a, m.bufs[row[6]] + row[7], row[5], m.loop, m.dtype, m.op)
+        ierr = _reduce(a, m.bufs[row[BUF2]] + row[OFFSET2], row[COUNT], m.loop, m.dtype, m.op)
     else:
-        memcpy(m.bufs[row[6]] + row[7], a, <size_t>(row[5] * m.extent))
+        memcpy(m.bufs[row[BUF2]] + row[OFFSET2], a, <size_t>(row[COUNT] * m.extent))
     return ierr
 
 
@@ -100,6 +103,21 @@ cdef int _advance(Run *m) noexcept nogil:
     if ierr == MPI_SUCCESS and m.queued:
         ierr = _local(m.local, -1, NULL, NULL, 0, m.extent)
         m.queued = False
+    if ierr == MPI_SUCCESS:
+        ierr = _hook(m, -1)
+    return ierr
+
+
+cdef int _hook(Run *m, int64_t rnd) noexcept nogil:
+    """The round hook told that the round started last has ended (its messages complete,
+    its local work synchronised) and that round ``rnd`` starts (-1: the plan ends)."""
+    cdef int ierr = MPI_SUCCESS
+    if m.rounds == NULL:
+        return ierr
+    if m.rnd >= 0:
+        ierr = _local(m.rounds, -3, NULL, NULL, m.rnd, m.extent)
+    if ierr == MPI_SUCCESS and rnd >= 0:
+        ierr = _local(m.rounds, -2, NULL, NULL, rnd, m.extent)
     return ierr
 
 
@@ -146,8 +164,8 @@ cdef class Machine:
         cdef int cap = max(maxreq, 1)
         if rows.shape[0] and maxreq < 1:
             raise ValueError("maxreq must be positive")
-        if rows.shape[0] and rows.shape[1] != 8:
-            raise ValueError("plan rows have 8 columns")
+        if rows.shape[0] and rows.shape[1] != WIDTH:
+            raise ValueError(f"plan rows have {WIDTH} columns")
         self._keep = (rows, comm, dtype, op, local, rounds)
         self.m.rows = &rows[0, 0] if rows.shape[0] else NULL
         self.m.nrows, self.m.row = rows.shape[0], 0
@@ -189,8 +207,7 @@ cdef class Machine:
         """Poll to the end in this thread, testing and yielding (never a blocking spin);
         returns what ``result`` returns."""
         with nogil:
-            while _poll_run(&self.m) == PENDING:
-                sched_yield()
+            _to_end(&self.m, True)
         return self.result()
 
     def result(self):

@@ -31,6 +31,12 @@ cdef inline int _poll(void *step, bint machine) noexcept nogil:
     return _poll_run(<Run *>step) if machine else _poll_watch(<Watch *>step)
 
 
+cdef void _to_end(void *step, bint machine) noexcept nogil:
+    # A step polled to its end in this thread (``run``): test and yield, never a blocking spin.
+    while _poll(step, machine) == PENDING:
+        sched_yield()
+
+
 cdef void _rest(double quiet) noexcept nogil:
     # Nothing was ready: give the core away.  After IDLE_SPIN_S without a plan row done
     # (an operation that waits for a late rank) sleep a little each time, so that a

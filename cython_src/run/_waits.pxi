@@ -71,8 +71,7 @@ cdef class Waiting:
     def run(self):
         """Poll to the end in this thread (test and yield); returns ``result()``."""
         with nogil:
-            while _poll_watch(&self.w) == PENDING:
-                sched_yield()
+            _to_end(&self.w, False)
         return self.result()
 
     def result(self):

@@ -11,7 +11,6 @@ import numpy as np
 from mpi4py import MPI
 
 from .. import Allreduce, __version__
-from ..run.transport import name as transport_name
 from ..schedule.algorithms import STRAGGLAR
 from ..schedule.units import format_size
 from . import _clock, _data, _model, _report, _run
@@ -85,7 +84,8 @@ def _context(comm, args, dtype, max_bytes):
 
 
 def _prewarm(ctx):
-    """Build every straggler's sub-communicator now, not inside a timed call."""
+    """Build every straggler's plans now (the schedule, this rank's slice), not inside a
+    timed call."""
     ctx.count = min(ctx.send_all.size, 64)
     for late in range(ctx.comm.Get_size()):
         Allreduce(ctx.comm, ctx.send, ctx.recv, ctx.op, straggler=late, algorithm=STRAGGLAR)
@@ -160,7 +160,7 @@ def _config(args, comm, link, ctx, argv) -> dict:
         "ranks": comm.Get_size(),
         "host": platform.node(), "hosts": hosts, "cpus": os.cpu_count(), "cpu": _cpu_model(),
         "mpi": " ".join(MPI.Get_library_version().replace("\0", " ").split("\n")[0].split()),   # Open MPI's ends in NUL
-        "stragglar_mpi": __version__, "transport": transport_name(),
+        "stragglar_mpi": __version__,
         "alpha_us": link[0] * 1e6, "bandwidth_GBps": link[1] / 1e9, "tiers": _tiers_config(link[2]),
         "clock_offsets_us": None if offsets is None else [o * 1e6 for o in offsets],
         "env": {k: v for k, v in os.environ.items() if k.startswith(("MPIR_CVAR", "STRAGGLAR_"))},
@@ -201,7 +201,7 @@ def _preamble(c) -> str:
     offs = max(abs(o) for o in c["clock_offsets_us"])
     lines = [
         f"# stragglar_mpi.bench {c['stragglar_mpi']}: {c['ranks']} ranks on {_where(c)} "
-        f"({c['cpus']} CPUs, {c['cpu']} on {c['host']}), {c['mpi']}, transport {c['transport']}",
+        f"({c['cpus']} CPUs, {c['cpu']} on {c['host']}), {c['mpi']}",
         f"# {a['datatype']} {a['op']}, straggler {straggler}, delay {d['kind']} "
         f"{d['a']:g}{':%g' % d['b'] if d['kind'] in ('uniform', 'normal') else ''} ms"
         f" + {a['delay_per_mib']:g} ms/MiB, check {a['check']}, seed {a['seed']}",

@@ -2,9 +2,9 @@
 
     mpiexec -n 8 python -m stragglar_mpi.bench.rounds -s 32M --delay 300 -n 5 -a stragglar,rhd
 
-Runs on the pure-mpi4py transport, one round of the plan at a time, and stamps
-the end of every round (per rank, on rank 0's clock).  For each round it
-prints when the last rank finished it (median over iterations, from the
+Stamps the end of every round of the plan (per rank, on rank 0's clock) through the
+interpreter's round hook (run/transport.py ``machine``: ``end(round)``).  For each round
+it prints when the last rank finished it (median over iterations, from the
 straggler's call), how many ranks received data and how many bytes: enough to
 see whether a round costs its slowest message (the alpha-beta model) or the
 node's total copy throughput (a CPU-bound, oversubscribed node).
@@ -12,17 +12,15 @@ node's total copy throughput (a CPU-bound, oversubscribed node).
 from __future__ import annotations
 
 import argparse
-import dataclasses
-import os
 import sys
 import time
 
 import numpy as np
 from mpi4py import MPI
 
-from .. import Allreduce, configure
+from .. import Allreduce
 from ..run import transport as _transport
-from ..run.plan import RECV
+from ..run.plan import COUNT, KIND, RECV, ROUND
 from ..schedule.algorithms import ALGORITHMS, STRAGGLAR
 from . import _clock
 from ._args import _at_least, parse_delay, parse_size
@@ -30,26 +28,31 @@ from ._args import _at_least, parse_delay, parse_size
 _LOG = []
 
 
-def _stamped(run_python):
-    """The Python transport's plan runner (a generator), run one round at a time, stamping
-    (round, end time, bytes received) per round.
+class _Stamps:
+    """A plan's round hook that logs (round, end time, bytes received) as each round ends,
+    after a (-1, start, 0) when the plan starts: setup is over."""
 
-    The runner completes a round's messages before it starts the next one, and each row
-    keeps its round (and so its tag), so splitting the plan by round changes nothing but
-    adds the stamps.
-    """
-    def run(plan, addresses, comm, datatype, op, *rest):
-        rows, extent, first = plan.rows, datatype.Get_extent()[1], None
-        _LOG.append((-1, MPI.Wtime(), 0))       # the plan starts: setup is over
-        for rnd in dict.fromkeys(rows[:, 1].tolist()):
-            mine = rows[rows[:, 1] == rnd]
-            got = yield from run_python(dataclasses.replace(plan, rows=mine), addresses, comm,
-                                        datatype, op, *rest)
-            first = got if first is None else first
-            received = int(mine[mine[:, 0] == RECV][:, 5].sum()) * extent
-            _LOG.append((rnd, MPI.Wtime(), received))
-        return first
-    return run
+    def __init__(self, plan, datatype):
+        rows, extent = plan.rows, datatype.Get_extent()[1]
+        recvs = rows[rows[:, KIND] == RECV]
+        self.received = {int(r): int(recvs[recvs[:, ROUND] == r][:, COUNT].sum()) * extent
+                         for r in np.unique(rows[:, ROUND])}
+        _LOG.append((-1, MPI.Wtime(), 0))
+
+    def begin(self, rnd):
+        pass
+
+    def end(self, rnd):
+        _LOG.append((rnd, MPI.Wtime(), self.received[rnd]))
+
+
+def _stamped(machine):
+    """``transport.machine`` that stamps the rounds of every plan without a hook of its own."""
+    def stamped(plan, addresses, comm, datatype, op, deadline=0.0, local=None, rounds=None, tag0=0):
+        if rounds is None and plan.rows.shape[0]:
+            rounds = _Stamps(plan, datatype)
+        return machine(plan, addresses, comm, datatype, op, deadline, local, rounds, tag0)
+    return stamped
 
 
 def timeline(comm, algorithm, count, delay, iters, straggler):
@@ -124,9 +127,7 @@ def main(argv=None, comm=None) -> int:
     unknown = [a for a in args.algorithms.split(",") if a not in ALGORITHMS]
     if unknown:
         p.error(f"unknown algorithm(s) {', '.join(unknown)}; choose from {', '.join(ALGORITHMS)}")
-    os.environ["STRAGGLAR_TRANSPORT"] = "python"
-    configure()
-    _transport._run_python = _stamped(_transport._run_python)
+    _transport.machine = _stamped(_transport.machine)
     n, straggler = comm.Get_size(), comm.Get_size() - 1 if args.straggler is None else args.straggler
     delay = args.delay.draw(np.random.default_rng(0), args.size)
     for algorithm in args.algorithms.split(","):

@@ -21,7 +21,6 @@ class CallRecord:
     t_p1: float              # phase 1 ended (t_call without one)
     first: float | None      # the first message of the plan came (None: no plan)
     t_end: float             # returned
-    transport: str | None    # "cython", "python"; None for native
     memory: str = "host"     # the route: "host", "device", "staged"
     arrival_messages: int = 0  # arrival messages this rank sent for the call (decide/arrival.py)
     auto: str | None = None  # how "auto" chose: "model", "measured", "timed" (decide/tuning.py); None: asked for by name
@@ -32,7 +31,6 @@ class CallRecord:
             "algorithm": self.algorithm,
             "straggler": self.straggler,
             "policy": self.policy if has_roles(self.algorithm) else None,
-            "transport": self.transport,
             "memory": self.memory,
             "reduce_scatter": self.t_p1 - self.t_call,
             "wait": arrived - self.t_p1,
@@ -52,7 +50,7 @@ def record(seq, comm, args, decision, times, sent, tracked) -> CallRecord:
     t_call, t_p1, first = times
     t_end = MPI.Wtime()
     rec = CallRecord(name, straggler, args.policy, t_call, t_p1 or t_call, first, t_end,
-                     None if name == NATIVE else "cython", args.route, sent, how)
+                     args.route, sent, how)
     state = seq.owner
     with state.lock:
         state.calls[name] += 1
@@ -70,7 +68,7 @@ def record(seq, comm, args, decision, times, sent, tracked) -> CallRecord:
 def _last_native_hit(bindings):
     """The compiled entry's last native call, which it counts without a record."""
     return CallRecord(NATIVE, None, bindings.policy, bindings.t_call, bindings.t_call, None,
-                      bindings.t_end, None)
+                      bindings.t_end)
 
 
 def stats(comm) -> dict:

@@ -54,13 +54,6 @@ def _algo(name, raw):
     return text
 
 
-def _transport(name, raw):
-    text = raw.strip().lower()
-    if text not in ("cython", "python"):
-        raise _error(name, raw, "'cython' or 'python'")
-    return text
-
-
 def _whole(least, unit):
     def parse(name, raw):
         accepted = f"a whole number of {unit} >= {least}"
@@ -120,7 +113,6 @@ KNOBS = (
     Knob("STRAGGLAR_ALGO", "algo", "", _algo,
          "force an algorithm: `stragglar`, `hierarchical`, `hring`, `ring`, `rhd`, `direct`, `native`, `auto`; "
          "overrides `algorithm=` (as `NCCL_ALGO` does)"),
-    Knob("STRAGGLAR_TRANSPORT", "transport", "cython", _transport, "`cython` or `python`"),
     # Below a few MiB a round costs more than the bandwidth StragglAR saves (the
     # paper's own crossover on 8 GPUs is larger still); docs/BENCHMARKS.md.
     Knob("STRAGGLAR_AUTO_MIN_BYTES", "auto_min_bytes", "4194304", _bytes(0),
@@ -163,7 +155,6 @@ KNOWN = frozenset(k.name for k in KNOBS)
 class Settings:
     """The knobs, as read by one ``configure()``; ``epoch`` counts the reads."""
     algo: str                    # "" or a forced algorithm
-    transport: str
     auto_min_bytes: int
     model: tuple                 # (alpha s, bandwidth B/s, margin[, alpha_inter s, bandwidth_inter B/s])
     auto_measure: bool           # auto measures its candidates (decide/tuning.py)

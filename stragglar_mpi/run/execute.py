@@ -28,9 +28,8 @@ def execute(comm, seq, name, straggler, args, deadline, turn, staging=None):
     (core/turns.py ``Turns``).  A message of the wrong size, or an MPI error, in a call
     that the other ranks had given up (they timed out waiting for this rank; the
     messages are what their abandoned call left) raises ``Abandoned``, which says so."""
-    transport = _transport.name()
     try:
-        return (yield from _execute(comm, seq, name, straggler, args, transport, deadline, turn,
+        return (yield from _execute(comm, seq, name, straggler, args, deadline, turn,
                                     staging))
     except (Mismatch, MPI.Exception):
         if deadline:
@@ -38,23 +37,23 @@ def execute(comm, seq, name, straggler, args, deadline, turn, staging=None):
         raise
 
 
-def _execute(comm, seq, name, straggler, args, transport, deadline, turn, staging=None):
+def _execute(comm, seq, name, straggler, args, deadline, turn, staging=None):
     if args.route == "staged":
         with _staged.Staging(seq, args, whole=name not in CHUNKED) as staged:
-            return (yield from execute(comm, seq, name, straggler, staged.args,
-                                       deadline, turn, staged))
+            return (yield from execute(comm, seq, name, straggler, staged.args, deadline,
+                                       turn, staged))
     if name == NATIVE:
         yield from native(comm, seq, args, MEMORY[args.route], deadline, turn)
         return None, None
     turn.release()                # no collective in what follows
-    return (yield from run(seq, program(seq, name, straggler, args), args, transport, deadline,
+    return (yield from run(seq, program(seq, name, straggler, args), args, deadline,
                            MEMORY[args.route], staging))
 
 
-def run(seq, prog, args, transport, deadline, memory, staging=None):
+def run(seq, prog, args, deadline, memory, staging=None):
     """Generator: this rank's program (run/programs.py), its phase 1 first, in ``memory``
     (a backend); ``staging`` (run/staged.py): told the plan, and when each of its rounds
-    starts, where the program says its chunks.
+    starts and ends, where the program says its chunks.
 
     Both phases run on the private duplicate, phase 1's rounds first: a rank's messages
     of one phase are all posted before those of the next, and MPI keeps the messages
@@ -68,18 +67,21 @@ def run(seq, prog, args, transport, deadline, memory, staging=None):
         addresses = (args.src.address, out.address, memory.scratch(lease, prog.scratch_bytes))
         local = memory.local(dt, args.op)
         if prog.first is not None:
-            yield from _phase1(prog, addresses, comm, args, transport, deadline, local, seq.tag0)
+            yield from _phase1(prog, addresses, comm, args, deadline, local, seq.tag0)
         t_p1 = MPI.Wtime()
-        first = yield from _transport.run(prog.plan, addresses, comm, dt, args.op, transport,
-                                          deadline, local, staging, seq.tag0)
+        m = _transport.machine(prog.plan, addresses, comm, dt, args.op, deadline, local, staging,
+                               seq.tag0)
+        first = (yield m) if m is not None else None
     return t_p1, first
 
 
-def _phase1(prog, addresses, comm, args, transport, deadline, local, tag0):
+def _phase1(prog, addresses, comm, args, deadline, local, tag0):
     """Generator: the early ranks' phase 1; a timeout names it (where the program says how)."""
+    m = _transport.machine(prog.first, addresses, comm, args.out.datatype, args.op, deadline, local,
+                           None, tag0)
     try:
-        yield from _transport.run(prog.first, addresses, comm, args.out.datatype, args.op,
-                                  transport, deadline, local, None, tag0)
+        if m is not None:
+            yield m
     except Pending as exc:
         if prog.phase1 is not None:
             exc.phase = prog.phase1

@@ -1,8 +1,7 @@
 """Compile one rank's slice of a schedule into a flat list of instructions.
 
-A plan is an int64 array, one row per instruction:
-``(kind, round, peer, buf, offset, count, buf2, offset2)``; offsets in bytes,
-counts in elements.  Buffers: IN (the caller's send buffer, or the receive buffer
+A plan is an int64 array, one row per instruction, its columns named by ``COLUMNS``
+(``rows[:, ROUND]``); offsets in bytes, counts in elements.  Buffers: IN (the caller's send buffer, or the receive buffer
 when in place), OUT (the receive buffer), SCRATCH (incoming data to be reduced).
 
 The executor posts the RECV and SEND rows of a round, completes them, then runs
@@ -23,13 +22,16 @@ import numpy as np
 
 from ..schedule import chunk_bounds
 
-RECV, SEND, REDUCE, COPY = 0, 1, 2, 3    # the interpreter reads them at import (_interpreter.pyx)
+# The interpreter reads the row kinds and the columns at import (_interpreter.pyx).
+RECV, SEND, REDUCE, COPY = 0, 1, 2, 3
+COLUMNS = ("kind", "round", "peer", "buf", "offset", "count", "buf2", "offset2")
+KIND, ROUND, PEER, BUF, OFFSET, COUNT, BUF2, OFFSET2 = range(len(COLUMNS))
 IN, OUT, SCRATCH = 0, 1, 2
 
 
 @dataclass(frozen=True)
 class Plan:
-    rows: np.ndarray      # (k, 8) int64
+    rows: np.ndarray      # (k, len(COLUMNS)) int64
     scratch_bytes: int
     max_requests: int
 
@@ -49,15 +51,10 @@ class _Round:
         return off
 
 
-def compile_plan(schedule, rank, count, extent, in_place, commutative, prepared=()):
-    """Plan for ``rank``; ``prepared`` lists the chunks that phase 1 left in OUT."""
-    return compile_rounds(schedule.rounds, schedule.chunks, rank, count, extent, in_place,
-                          commutative, prepared)
-
-
 def compile_rounds(per_round, chunks, rank, count, extent, in_place, commutative, prepared=()):
     """Plan for ``rank`` from its transfers round by round (others' are ignored), so
-    a rank's own slice (``schedule.rank_view``) compiles in time linear in its rounds."""
+    a rank's own slice (``schedule.rank_view``) compiles in time linear in its rounds;
+    ``prepared`` lists the chunks that phase 1 left in OUT."""
     bounds = [(off * extent, n) for off, n in chunk_bounds(count, chunks)]
     where = [OUT if (in_place or c in prepared) else IN for c in range(chunks)]
     rounds = []
@@ -68,7 +65,7 @@ def compile_rounds(per_round, chunks, rank, count, extent, in_place, commutative
         rounds.append(rnd)
     rows = [row for rnd in rounds for row in rnd.comm_rows + rnd.local_rows]
     return Plan(
-        rows=np.array(rows, dtype=np.int64).reshape(-1, 8),
+        rows=np.array(rows, dtype=np.int64).reshape(-1, len(COLUMNS)),
         scratch_bytes=max((r.scratch_used for r in rounds), default=0),
         max_requests=max((len(r.comm_rows) for r in rounds), default=0),
     )

@@ -13,8 +13,8 @@ buffers live).  ``Staging`` wraps the call:
 - the straggler, and every rank of an algorithm without phase 1, copies in chunk by
   chunk: before each round starts (``begin``), the chunks it reads must be in and the
   next round's are queued, so the copy of round r+1's data overlaps round r;
-- every chunk of the result is copied back as soon as the plan no longer writes it,
-  while the later rounds run; the rest when the call ends.
+- every chunk of the result is copied back as soon as a round ends after which the plan
+  no longer writes it (``end``), while the later rounds run; the rest when the call ends.
 
 Copies run on two streams (in and out) and are complete when the call returns.
 After a failure no copy into the caller's buffer is left queued, none is started,
@@ -28,9 +28,8 @@ from ..memory import device as _device
 from ..bind.args import Args
 from ..memory.buffers import Message
 from ..memory.host import address
-from .plan import IN, OUT, RECV, REDUCE, COPY
+from .plan import BUF, BUF2, COUNT, IN, KIND, OFFSET, OFFSET2, OUT, RECV, ROUND, SEND
 from ..schedule import chunk_bounds
-
 
 
 class Staging:
@@ -73,8 +72,7 @@ class Staging:
             self._fetch(self.needs[self.rounds[0]])
 
     def begin(self, rnd):
-        """Round ``rnd`` starts: deliver what is final, wait for its data, queue the next's."""
-        self._deliver(c for c, last in enumerate(self.final) if last < rnd)
+        """Round ``rnd`` starts: wait for its data, queue the next's."""
         if self.whole:
             return
         self._fetch(self.needs.get(rnd, ()))
@@ -83,6 +81,10 @@ class Staging:
         later = [r for r in self.rounds if r > rnd]
         if later:
             self._fetch(self.needs[later[0]])
+
+    def end(self, rnd):
+        """Round ``rnd`` ended: deliver what the plan no longer writes."""
+        self._deliver(c for c, last in enumerate(self.final) if last <= rnd)
 
     def _fetch_all(self):
         self.whole = True
@@ -117,14 +119,15 @@ class Staging:
 def _reads_and_last_writes(rows, spans, extent):
     """({round: chunks read from IN}, [last round that writes chunk c of OUT, or -1])."""
     needs, final = {}, [-1] * len(spans)
-    for kind, rnd, _, buf, off, count, buf2, off2 in rows.tolist():
+    for row in rows.tolist():
+        kind, rnd, nbytes = row[KIND], row[ROUND], row[COUNT] * extent
         read = needs.setdefault(rnd, set())
-        if kind != RECV and buf == IN:
-            read.update(_overlapping(spans, off, count * extent))
-        if kind == RECV:
-            buf2, off2 = buf, off
-        if kind in (RECV, REDUCE, COPY) and buf2 == OUT:
-            for c in _overlapping(spans, off2, count * extent):
+        if kind != RECV and row[BUF] == IN:
+            read.update(_overlapping(spans, row[OFFSET], nbytes))
+        # what it writes: a receive its own region, a reduce or a copy the second one
+        buf, off = (row[BUF], row[OFFSET]) if kind == RECV else (row[BUF2], row[OFFSET2])
+        if kind != SEND and buf == OUT:
+            for c in _overlapping(spans, off, nbytes):
                 final[c] = max(final[c], rnd)
     return {r: sorted(cs) for r, cs in needs.items()}, final
 

@@ -90,8 +90,7 @@ def correct(comm, args):
     sizes = comm.allgather(size)
     if rank == 0:
         layout = ",".join(f"{h}" for h in hosts)
-        print(f"check: {n} ranks on {layout}; node sizes {sizes}; transport "
-              f"{os.environ.get('STRAGGLAR_TRANSPORT', 'cython')}; {calls} calls x {n} ranks, errors {total}; "
+        print(f"check: {n} ranks on {layout}; node sizes {sizes}; {calls} calls x {n} ranks, errors {total}; "
               f"arrival named rank {late} in {8 - misnamed}/8 calls ({named})", flush=True)
     ok = total == 0 and misnamed <= 1
     return 0 if ok else 1

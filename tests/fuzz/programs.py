@@ -138,7 +138,7 @@ class Program:
                 f"actions={len(self.actions)} {kinds}")
 
 
-def _settings(rng, cut, transport, single=False):
+def _settings(rng, cut, single=False):
     """A legal set of STRAGGLAR_* values for configure() (every rank the same); ``single``:
     the program has a one-rank communicator and feature single_checked is off."""
     s = {"STRAGGLAR_AUTO_MIN_BYTES": str(cut)}
@@ -154,19 +154,15 @@ def _settings(rng, cut, transport, single=False):
         s["STRAGGLAR_MODEL"] = rng.choice(["1e-6,1e8,1.0", "1e-5,1e10,1.05", "1e-4,1e7,2.0"])
     if single and "STRAGGLAR_VALIDATE" in s:
         s.pop("STRAGGLAR_TIMEOUT", None)
-    if transport == "mixed":
-        s["STRAGGLAR_TRANSPORT"] = rng.choice(["cython", "cython", "python"])
-    elif transport:
-        s["STRAGGLAR_TRANSPORT"] = transport
     return s
 
 
 class _Gen:
     """The generator's model of the program so far: what is in flight where."""
 
-    def __init__(self, seed, n, features, transport):
+    def __init__(self, seed, n, features):
         self.rng = random.Random(f"stragglar-fuzz-{seed}-{n}")
-        self.seed, self.n, self.features, self.transport = seed, n, features, transport
+        self.seed, self.n, self.features = seed, n, features
         self.actions = []
         self.next_op = 0
         self.next_req = 0
@@ -218,9 +214,9 @@ class _Gen:
         return [r for r, c in self.pending.items() if c == cid]
 
 
-def generate(seed, n, features=frozenset(FEATURES), transport="mixed", steps=None) -> Program:
+def generate(seed, n, features=frozenset(FEATURES), steps=None) -> Program:
     """The program of ``seed`` at ``n`` ranks: the same on every rank."""
-    g = _Gen(seed, n, features, transport)
+    g = _Gen(seed, n, features)
     rng = g.rng
     g.cut = rng.choice(CUTS)
     g.p_late = rng.choice([0.1, 0.3])
@@ -243,7 +239,7 @@ def generate(seed, n, features=frozenset(FEATURES), transport="mixed", steps=Non
     g.comms = comms
     g.single = "single_checked" not in features and any(
         min(len(m) for m in members_of(c, n).values()) == 1 for c in comms)
-    settings0 = _settings(rng, g.cut, transport, g.single)
+    settings0 = _settings(rng, g.cut, g.single)
     g.forced = settings0.get("STRAGGLAR_ALGO", "")
     g.actions.append(("configure", settings0))
 
@@ -367,7 +363,7 @@ def _step(g):
     elif r < 0.94:                                  # configure() between calls
         if g.pending and "configure_pending" not in g.features:
             return
-        settings = _settings(rng, g.cut, g.transport, g.single)
+        settings = _settings(rng, g.cut, g.single)
         g.forced = settings.get("STRAGGLAR_ALGO", "")
         g.actions.append(("configure", settings))
     elif r < 0.97:                                  # Free a persistent request

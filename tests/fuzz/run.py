@@ -87,7 +87,7 @@ def child(args):
 
     stacks = open(os.path.join(args.stacks, f"rank{rank}.txt"), "w") if args.stacks else sys.stderr
     for seed in seed_range(args.seeds):
-        program = programs.generate(seed, n, features, args.transport, args.steps or None)
+        program = programs.generate(seed, n, features, args.steps or None)
         if rank == 0:
             say(f"FUZZ begin {seed} {program.describe()}")
         if args.stacks:
@@ -172,7 +172,7 @@ class Summary:
 
 def rerun_command(np, seeds, features, args):
     words = [sys.executable, str(HERE / "run.py"), "--np", str(np), "--seeds", seeds_text(seeds),
-             "--features", programs.features_text(features), "--transport", args.transport]
+             "--features", programs.features_text(features)]
     if args.steps:
         words += ["--steps", str(args.steps)]
     return " ".join(shlex.quote(w) for w in words)
@@ -184,7 +184,7 @@ def launch(np, seeds, features, args, echo):
     import launcher
     with tempfile.TemporaryDirectory(prefix="smpi-fuzz-") as stacks:
         argv = [sys.executable, str(HERE / "run.py"), "--child", "--seeds", seeds_text(seeds),
-                "--features", programs.features_text(features), "--transport", args.transport,
+                "--features", programs.features_text(features),
                 "--program-timeout", str(args.program_timeout), "--stacks", stacks,
                 "--steps", str(args.steps)]
         if args.oracle:
@@ -312,8 +312,6 @@ def parser():
     p.add_argument("--seeds", default="0:100", help="A:B (B excluded), A, or A,B,C (default 0:100)")
     p.add_argument("--features", default="all",
                    help="all (default), safe, none, or a comma list; -name removes one")
-    p.add_argument("--transport", default="mixed", choices=["mixed", "cython", "python"],
-                   help="the STRAGGLAR_TRANSPORT of the programs (mixed: each configure() draws)")
     p.add_argument("--steps", type=int, default=0,
                    help="generator steps per program (default 0: 15-45, drawn); small values give small repros")
     p.add_argument("--batch", type=int, default=100, help="programs per mpiexec launch (default 100)")
@@ -340,13 +338,13 @@ def main(argv=None):
     if args.show_program:
         for n in args.np:
             for seed in seeds:
-                prog = programs.generate(seed, n, features, args.transport, args.steps or None)
+                prog = programs.generate(seed, n, features, args.steps or None)
                 print(prog.describe())
                 for i, a in enumerate(prog.actions):
                     print(f"  {i:3d} {a}")
         return 0
     print(f"fuzz: seeds {seeds_text(seeds)} at np {', '.join(map(str, args.np))}, features "
-          f"{programs.features_text(features)}, transport {args.transport}", flush=True)
+          f"{programs.features_text(features)}", flush=True)
     failed = False
     for n in args.np:
         summary = campaign(n, seeds, features, args, out=lambda s: print(s, flush=True))

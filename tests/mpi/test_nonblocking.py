@@ -94,9 +94,8 @@ def test_test_reports_completion_and_status(comm):
 
 
 def test_persistent_request_started_1000_times_with_a_random_late_rank(comm, world):
-    """1000 starts at 3 and 4 ranks (both transports), 100 at the other sizes: the suite
-    runs this file at six sizes and two transports, and 1000 starts at 8 ranks take half
-    a minute on a 2-core machine."""
+    """1000 starts at 3 and 4 ranks, 100 at the other sizes: the suite runs this file at
+    six sizes, and 1000 starts at 8 ranks take half a minute on a 2-core machine."""
     n, rank = comm.Get_size(), comm.Get_rank()
     starts = 1000 if world.Get_size() in (3, 4) else 100     # the launch's size, not a piece's
     rng = random.Random(18)                            # the same draws on every rank

@@ -441,7 +441,8 @@ def test_two_missing_ranks_while_roles_are_found_by_arrival(comm):
 
 @pytest.mark.timeouts
 def test_native_buffer_untouched_after_a_timeout_on_the_repeat_path(comm):
-    """The repeat of a native call (the compiled fast path) under a timeout: no write after."""
+    """The repeat of a native call (served by the compiled entry from its binding) under a
+    timeout: no write after."""
     timing_size(comm)
     rank, late = comm.Get_rank(), 2
     c = comm.Dup()
@@ -525,9 +526,8 @@ def test_missing_early_rank_with_device_buffers(comm, aware):
 def test_count_mismatch_raises_never_wrong_data(comm, algo):
     """Counts 1000 against 1001 on one rank: the ranks that see a wrong-sized message
     raise naming the peer and the sizes; nobody returns a wrong result.  The odd rank
-    plays the straggler: phase 1 is MPI's own collective among the early ranks, where
-    different counts are undefined behaviour (as in comm.Allreduce) and only
-    STRAGGLAR_VALIDATE=1 helps."""
+    plays the straggler: it takes no part in phase 1 (rounds among the early ranks), so
+    the wrong-sized messages are those of the plan after its arrival."""
     timing_size(comm)
     n, rank = comm.Get_size(), comm.Get_rank()
     count = 1001 if rank == n - 1 else 1000

@@ -1,4 +1,5 @@
-"""Post-arrival time of StragglAR with each transport, native comm.Allreduce beside them.
+"""Post-arrival time of StragglAR's plan driven by the caller's thread (``Allreduce``) and by
+the progress thread (``Iallreduce`` + ``Wait``), native comm.Allreduce beside them.
 
     mpiexec -n 8 python tests/perf/bench_transport.py [--iters 20]
 
@@ -6,44 +7,69 @@ For each size the three variants are interleaved in every iteration, so noise
 from the machine hits all of them alike.  The straggler (last rank) sleeps long
 enough to hide phase 1.  Two times per call:
   call: post-arrival = the last rank's return - the straggler's call (what a user waits);
-  plan: the last rank's end of the plan - the straggler's start of it (what the
-        transport does: the argument checks and bookkeeping before and after it are
-        the same Python code for both transports).
+  plan: the last rank's end of the plan - the straggler's start of it (what the compiled
+        interpreter does, stamped by its round hook: the same machine either way; the
+        rest of the call is the argument checks and bookkeeping, and the hand-over
+        to and from the progress thread).
 """
 import argparse
-import os
 import statistics
+import time
 
 import numpy as np
 from mpi4py import MPI
 
-from stragglar_mpi import configure
+from stragglar_mpi import Allreduce, Iallreduce
 from stragglar_mpi.run import transport as _transport
-from stragglar_mpi.bench.demo import one_call
 
 SIZES = [8, 4 << 10, 64 << 10, 1 << 20, 16 << 20]
-VARIANTS = [("native", None), ("stragglar", "python"), ("stragglar", "cython")]
+VARIANTS = ["native", "blocking", "nonblocking"]
 
 
 class PlanClock:
-    """Wraps the plan runner (a generator of steps) to note when this rank starts and
-    ends its plan."""
+    """Wraps ``transport.machine`` to note when this rank starts its plan's first round
+    and ends its last (the round hook, ``begin``/``end``)."""
 
     def __init__(self):
-        self.start = self.end = 0.0
-        self.run = _transport.run
-        _transport.run = self
+        self.reset()
+        self.machine = _transport.machine
+        _transport.machine = self
 
-    def __call__(self, *args, **kwargs):
-        self.start = MPI.Wtime()
-        try:
-            return (yield from self.run(*args, **kwargs))
-        finally:
-            self.end = MPI.Wtime()
+    def __call__(self, plan, addresses, comm, datatype, op, deadline=0.0, local=None, rounds=None,
+                 tag0=0):
+        return self.machine(plan, addresses, comm, datatype, op, deadline, local,
+                            self if rounds is None else rounds, tag0)
+
+    def begin(self, rnd):
+        if self.start < 0:
+            self.start = MPI.Wtime()
+
+    def end(self, rnd):
+        self.end_at = MPI.Wtime()
+
+    def reset(self):
+        self.start, self.end_at = -1.0, 0.0
 
     def post_arrival(self, comm, straggler):
-        marks = comm.allgather((self.start, self.end))
+        marks = comm.allgather((self.start, self.end_at))
         return max(e for _, e in marks) - marks[straggler][0]
+
+
+def one_call(comm, variant, send, recv, straggler, delay, clock):
+    comm.Barrier()
+    clock.reset()
+    if comm.Get_rank() == straggler:
+        time.sleep(delay)
+    t_call = MPI.Wtime()
+    if variant == "native":
+        comm.Allreduce(send, recv, MPI.SUM)
+    elif variant == "blocking":
+        Allreduce(comm, send, recv, MPI.SUM, algorithm="stragglar", straggler=straggler)
+    else:
+        Iallreduce(comm, send, recv, MPI.SUM, algorithm="stragglar", straggler=straggler).Wait()
+    t_ret = MPI.Wtime()
+    calls = comm.allgather((t_call, t_ret))
+    return max(r for _, r in calls) - calls[straggler][0]
 
 
 def measure(comm, nbytes, iters, clock):
@@ -55,16 +81,13 @@ def measure(comm, nbytes, iters, clock):
     times = {v: [] for v in VARIANTS}
     plan = {v: [] for v in VARIANTS[1:]}
     for it in range(iters + 2):             # two warm-up rounds
-        for algo, transport in VARIANTS:
-            if transport:
-                os.environ["STRAGGLAR_TRANSPORT"] = transport
-                configure()
-            t = one_call(comm, algo, send, recv, n - 1, delay)
-            p = clock.post_arrival(comm, n - 1) if transport else None
+        for variant in VARIANTS:
+            t = one_call(comm, variant, send, recv, n - 1, delay, clock)
+            p = clock.post_arrival(comm, n - 1) if variant != "native" else None
             if it >= 2:
-                times[(algo, transport)].append(t)
-                if transport:
-                    plan[(algo, transport)].append(p)
+                times[variant].append(t)
+                if p is not None:
+                    plan[variant].append(p)
     return ({v: statistics.median(t) for v, t in times.items()},
             {v: statistics.median(t) for v, t in plan.items()})
 
@@ -78,16 +101,16 @@ def main():
     if comm.Get_rank() == 0:
         print(f"{comm.Get_size()} ranks, float32 SUM, median post-arrival time in microseconds")
         print(f"{'':>10} {'':>10} {'--------- call ---------':>35} {'--------- plan ---------':>35}")
-        print(f"{'bytes':>10} {'native':>10} {'python':>10} {'cython':>10} {'cy/py':>12}"
-              f" {'python':>10} {'cython':>10} {'cy/py':>12}")
+        print(f"{'bytes':>10} {'native':>10} {'blocking':>10} {'nonblock':>10} {'nb/b':>12}"
+              f" {'blocking':>10} {'nonblock':>10} {'nb/b':>12}")
     for nbytes in SIZES:
         iters = args.iters if nbytes <= (1 << 20) else max(3, args.iters // 4)
         med, plan = measure(comm, nbytes, iters, clock)
         if comm.Get_rank() == 0:
-            nat, py, cy = (med[v] * 1e6 for v in VARIANTS)
-            ppy, pcy = (plan[v] * 1e6 for v in VARIANTS[1:])
-            print(f"{nbytes:>10} {nat:>10.0f} {py:>10.0f} {cy:>10.0f} {cy / py:>12.2f}"
-                  f" {ppy:>10.0f} {pcy:>10.0f} {pcy / ppy:>12.2f}", flush=True)
+            nat, bl, nb = (med[v] * 1e6 for v in VARIANTS)
+            pbl, pnb = (plan[v] * 1e6 for v in VARIANTS[1:])
+            print(f"{nbytes:>10} {nat:>10.0f} {bl:>10.0f} {nb:>10.0f} {nb / bl:>12.2f}"
+                  f" {pbl:>10.0f} {pnb:>10.0f} {pnb / pbl:>12.2f}", flush=True)
 
 
 if __name__ == "__main__":

@@ -11,8 +11,8 @@ SETTINGS_DOC = Path(__file__).resolve().parents[2] / "docs" / "SETTINGS.md"
 
 def test_defaults():
     s = _config.read({})
-    assert (s.algo, s.transport, s.auto_min_bytes, s.timeout, s.validate, s.report) == \
-        ("", "cython", 4194304, None, False, False)
+    assert (s.algo, s.auto_min_bytes, s.timeout, s.validate, s.report) == \
+        ("", 4194304, None, False, False)
     assert s.model == (1e-5, 1e9, 1.05)
     assert (s.cuda_aware, s.cuda_piece_bytes) == (None, 4194304)
 
@@ -40,7 +40,6 @@ def test_settings_are_frozen():
 
 @pytest.mark.parametrize("key,value", [
     ("STRAGGLAR_ALGO", "fastest"),
-    ("STRAGGLAR_TRANSPORT", "c"),
     ("STRAGGLAR_AUTO_MIN_BYTES", "4MiB"),
     ("STRAGGLAR_AUTO_MIN_BYTES", "-1"),
     ("STRAGGLAR_AUTO_MIN_BYTES", "1.5"),

@@ -7,8 +7,13 @@ import numpy as np
 import pytest
 
 from stragglar_mpi.run.plan import (
-    COPY, IN, OUT, RECV, REDUCE, SCRATCH, SEND, compile_plan, compile_rounds)
+    COPY, IN, OUT, RECV, REDUCE, SCRATCH, SEND, compile_rounds)
 from stragglar_mpi.schedule import PHASE1, build, chunk_bounds, rank_view
+
+
+def compile_plan(schedule, rank, *args):
+    """The plan of ``rank`` from the whole schedule (the library compiles a rank's slice)."""
+    return compile_rounds(schedule.rounds, schedule.chunks, rank, *args)
 
 
 def ordered_sub(a, b):
