@@ -13,7 +13,7 @@ def info() -> dict:
     from . import __version__
     from .call import _entry
     from .core import features as _features
-    from .run import transport as _transport
+    from .run import _interpreter
 
     lib = MPI.Get_library_version().replace("\0", "").strip().splitlines()
     return {
@@ -21,8 +21,8 @@ def info() -> dict:
         "mpi4py": mpi4py.__version__,
         "MPI library": lib[0] if lib else "unknown",
         "MPI standard": "%d.%d" % MPI.Get_version(),
-        "MPI features": _mpi_features(_features, _transport._interpreter),
-        "compiled transport": f"loaded ({_transport._interpreter.__file__})",
+        "MPI features": _mpi_features(_features, _interpreter),
+        "compiled transport": f"loaded ({_interpreter.__file__})",
         "compiled entry": f"loaded ({_entry.__file__})",
         **_cuda_info(),
     }

@@ -251,3 +251,21 @@ cdef _raise(Posted *p, int ierr, MPI.Datatype dtype):
         raise _MPI.Exception(ierr)
     raise Mismatch(size_message(peer, p.round, want, p.got if ierr == WRONG_SIZE else -1,
                                 dtype, None if ierr == WRONG_SIZE else ierr))
+
+
+def machine(plan, tuple addresses, MPI.Comm comm, MPI.Datatype datatype, MPI.Op op,
+            double deadline=0.0, local=None, rounds=None, int tag0=0):
+    """The ``Machine`` that runs ``plan`` (run/plan.py ``Plan``), or None for a plan without
+    rows; its outcome is the MPI_Wtime at which its first receive completed (or None).
+
+    Past ``deadline`` (an MPI_Wtime; 0 = never) the outstanding requests are cancelled and
+    it raises ``Pending(peers)``.  ``local``: a memory backend's local operations (None:
+    host memory, the typed loops).  ``rounds``: None, or told ``begin(round)`` before each
+    round's messages are posted and ``end(round)`` once they are complete and its local
+    work done (run/staged.py, bench/rounds.py).  Round r's messages carry tag
+    ``tag0 + r % ROUND_TAGS`` (the sequence's tags, core/tags.py)."""
+    rows = plan.rows
+    if rows.shape[0] == 0:
+        return None
+    return Machine(rows, addresses, comm, datatype, op, plan.max_requests, loop_id(datatype, op),
+                   deadline, local, rounds, tag0)

@@ -3,7 +3,7 @@
     mpiexec -n 8 python -m stragglar_mpi.bench.rounds -s 32M --delay 300 -n 5 -a stragglar,rhd
 
 Stamps the end of every round of the plan (per rank, on rank 0's clock) through the
-interpreter's round hook (run/transport.py ``machine``: ``end(round)``).  For each round
+interpreter's round hook (run/execute.py ``ROUND_HOOK``: ``end(round)``).  For each round
 it prints when the last rank finished it (median over iterations, from the
 straggler's call), how many ranks received data and how many bytes: enough to
 see whether a round costs its slowest message (the alpha-beta model) or the
@@ -19,7 +19,7 @@ import numpy as np
 from mpi4py import MPI
 
 from .. import Allreduce
-from ..run import transport as _transport
+from ..run import execute as _execute
 from ..run.plan import COUNT, KIND, RECV, ROUND
 from ..schedule.algorithms import ALGORITHMS, STRAGGLAR
 from . import _clock
@@ -46,13 +46,9 @@ class _Stamps:
         _LOG.append((rnd, MPI.Wtime(), self.received[rnd]))
 
 
-def _stamped(machine):
-    """``transport.machine`` that stamps the rounds of every plan without a hook of its own."""
-    def stamped(plan, addresses, comm, datatype, op, deadline=0.0, local=None, rounds=None, tag0=0):
-        if rounds is None and plan.rows.shape[0]:
-            rounds = _Stamps(plan, datatype)
-        return machine(plan, addresses, comm, datatype, op, deadline, local, rounds, tag0)
-    return stamped
+def _stamps(plan, datatype):
+    """The stamps of a plan that has rounds (None for an empty one: it never runs)."""
+    return _Stamps(plan, datatype) if plan.rows.shape[0] else None
 
 
 def timeline(comm, algorithm, count, delay, iters, straggler):
@@ -127,7 +123,7 @@ def main(argv=None, comm=None) -> int:
     unknown = [a for a in args.algorithms.split(",") if a not in ALGORITHMS]
     if unknown:
         p.error(f"unknown algorithm(s) {', '.join(unknown)}; choose from {', '.join(ALGORITHMS)}")
-    _transport.machine = _stamped(_transport.machine)
+    _execute.ROUND_HOOK = _stamps       # every plan without a hook of its own is stamped
     n, straggler = comm.Get_size(), comm.Get_size() - 1 if args.straggler is None else args.straggler
     delay = args.delay.draw(np.random.default_rng(0), args.size)
     for algorithm in args.algorithms.split(","):

@@ -60,8 +60,8 @@ def record(seq, comm, args, decision, times, sent, tracked) -> CallRecord:
             state.bindings.last_was_hit = False
     if tracked and seq is state:
         post = t_end - (first if first is not None else t_call)
-        log_of(seq, args.n, comm.Get_name()).ran(seq.tracked_seq, name, straggler,
-                                                 args.out.count * args.out.extent, post)
+        log = seq.log if seq.log is not None else log_of(seq, args.n, comm.Get_name())
+        log.ran(seq.tracked_seq, name, straggler, args.out.count * args.out.extent, post)
     return rec
 
 

@@ -38,40 +38,14 @@ class Sequence:
         self.tuning = None                # auto's measured choices (decide/tuning.Tuner; blocking calls)
         self.tracked_seq = None           # arrival-table number of the last tracked call
         self.log = None                   # what tracked calls ran, for the report (blocking calls)
-        self._table = None                # this sequence's arrival table, made at its first use
+        self.table = None                 # this sequence's arrival table, made at its first use (arrivals)
         self._entered = (None, {})        # (tracked call, {rank: entry}) for check_given_up
         self._scratch = np.empty(0, dtype=np.uint8)
-
-    # What the communicator's setup made (the same for every sequence).
-    @property
-    def private(self):
-        return self.owner._private
-
-    @property
-    def topology(self):
-        return self.owner._topology
-
-    @property
-    def links(self):
-        return self.owner._links
-
-    @property
-    def pools(self):
-        return self.owner._pools
-
-    @property
-    def broken(self):
-        """Why the communicator's library state is unusable (a timeout, a mismatch), or None."""
-        return self.owner._broken
-
-    @broken.setter
-    def broken(self, why):
-        self.owner._broken = why
 
     def abandon(self, why):
         """A call of this sequence died mid-way: the communicator is unusable and its
         library communicators are never freed (State.free)."""
-        self.owner._broken = self.owner._broken or why
+        self.owner.broken = self.owner.broken or why
         self.owner._abandoned = True
         if self.owner.bindings is not None:
             self.owner.bindings.clear()   # a broken state is never reached from the compiled entry
@@ -82,9 +56,9 @@ class Sequence:
 
     def arrivals(self):
         """This sequence's arrival table (decide/arrival.py, decide/notices.py)."""
-        if self._table is None and self.owner._arrivals is not None:
-            self._table = self.owner._arrivals.table(self.index)
-        return self._table
+        if self.table is None and self.owner._arrivals is not None:
+            self.table = self.owner._arrivals.table(self.index)
+        return self.table
 
     def absent_ranks_steps(self):
         """Generator, once a wait of the current call (tracked) has timed out: the ranks
@@ -142,4 +116,31 @@ class Sequence:
 
 
 class Lane(Sequence):
-    """A lane of a communicator's nonblocking operations (index 1..LANES)."""
+    """A lane of a communicator's nonblocking operations (index 1..LANES): what the
+    communicator's setup made is its state's (read through, since a lane may be made
+    before a nonblocking call's setup has ended)."""
+
+    @property
+    def private(self):
+        return self.owner.private
+
+    @property
+    def topology(self):
+        return self.owner.topology
+
+    @property
+    def links(self):
+        return self.owner.links
+
+    @property
+    def pools(self):
+        return self.owner.pools
+
+    @property
+    def broken(self):
+        """Why the communicator's library state is unusable (a timeout, a mismatch), or None."""
+        return self.owner.broken
+
+    @broken.setter
+    def broken(self, why):
+        self.owner.broken = why

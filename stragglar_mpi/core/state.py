@@ -39,16 +39,16 @@ class State(Sequence):
 
     def __init__(self, bindings=None):
         super().__init__(self, 0)
-        self._private = None
+        self.private = None               # the private duplicate (core/setup.py)
         self.key = None
         self.calls = Counter()
         self.last = None                  # the last call: a call.record.CallRecord
-        self._broken = None
+        self.broken = None                # why the state is unusable (a timeout, a mismatch), or None
         self._abandoned = False           # a call died mid-way: keep the MPI objects (free)
         self.bindings = bindings
         self._arrivals = None             # what the arrival tables share (decide/roles.setup)
-        self._topology, self._links = None, None
-        self._pools = {}                  # memory backends' scratch, per operation (memory/host.Pool)
+        self.topology, self.links = None, None   # the layout and, across nodes, its links
+        self.pools = {}                  # memory backends' scratch, per operation (memory/host.Pool)
         self.lanes = []                   # the nonblocking lanes made so far
         self.started = 0                  # nonblocking operations started (Iallreduce, Allreduce_init)
         self.turns = Turns()
@@ -73,10 +73,10 @@ class State(Sequence):
 
     def set_private(self, private):
         """The private duplicate, once every member has joined it (core/setup.py)."""
-        self._private = private
+        self.private = private
 
     def set_layout(self, topology, links):
-        self._topology, self._links = topology, links
+        self.topology, self.links = topology, links
 
     def lane(self, k):
         """Lane ``k`` (1..LANES), made at its first operation (nothing collective)."""
@@ -134,7 +134,7 @@ class State(Sequence):
                 self._arrivals.free()
         self._arrivals = None
         for seq in self.sequences():
-            seq._table = None
+            seq.table = None
 
     def _release(self):
         # Under _FREEING.lock, no operation holding the state (free, unhold).
@@ -142,15 +142,15 @@ class State(Sequence):
         if MPI.Is_finalized():
             return
         self.free_arrivals()
-        if self._private is None:
+        if self.private is None:
             return
         if self._abandoned:
             # A call died in the middle (an error that is not a timeout): ranks may have
             # posted different things on the library's communicators, so they are kept,
             # not freed (freeing them so left a later MPI_Comm_split_type hanging on Open MPI).
-            PROCESS.keep(self._private)
+            PROCESS.keep(self.private)
         else:
-            self._private.Free()
+            self.private.Free()
 
 
 class _Freeing:

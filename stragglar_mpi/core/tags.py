@@ -19,7 +19,7 @@ from __future__ import annotations
 from mpi4py import MPI
 
 SEQUENCES = 5               # the blocking calls and 4 lanes of nonblocking ones
-ROUND_TAGS = 6000           # a plan's round r sends with tag rounds(s) + r % ROUND_TAGS (both transports)
+ROUND_TAGS = 6000           # a plan's round r sends with tag rounds(s) + r % ROUND_TAGS
 VALIDATE = SEQUENCES * ROUND_TAGS
 PING = 4244                 # link measurement between nodes, at setup (decide/topology.py)
 CLOCK = 7301                # clock offsets, at setup, on the arrival duplicate (decide/clock.py)

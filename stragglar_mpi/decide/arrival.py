@@ -251,6 +251,8 @@ class GroupTable:
             del self._calls[old]
         self._sends = [(req, buf) for req, buf in self._sends if not req.Test()]
 
+    settles = True      # after the plan, the record rounds (``settle``)
+
     def settle(self, deadline=0.0):
         """Generator: after the plan of the last call: pass the times around
         (ceil(log2 n) rounds) and keep the record.  False if ``deadline`` passes first."""

@@ -71,16 +71,6 @@ class _Notices:
             pass
         self.poll()
 
-    def wait(self, count, deadline):
-        """Generator: until ``count`` notices are in; False if ``deadline`` (an MPI_Wtime)
-        passes first."""
-        while True:
-            self.poll()
-            if len(self.heard) >= count:
-                return True
-            if not (yield self.next(deadline)):
-                return False
-
     def next(self, until):
         """The step that waits for the next notice (or ``until``)."""
         live = []
@@ -142,9 +132,13 @@ class NoticeTable:
     def record_before(self, deadline=0.0):
         """Generator: the record of the previous call, built (once) from its notices;
         False if ``deadline`` passes before they are all in."""
-        if self._before is not None:
-            if not (yield from self._before.wait(self.n - 1, deadline)):
-                return False
+        before = self._before
+        if before is not None:
+            before.poll()
+            while len(before.heard) < self.n - 1:
+                if not (yield before.next(deadline)):
+                    return False
+                before.poll()
             stamps = [(self._mine.pop(self._before.seq), self.rank)]
             for r, t in self._before.heard.items():
                 stamps.append((t, r))
@@ -170,23 +164,26 @@ class NoticeTable:
 
     def straggler(self, deadline=0.0):
         """Generator: the rank that arrives last in this call, as the coordinator saw it;
-        None if ``deadline`` (an MPI_Wtime, 0 = never) passes first."""
+        None if ``deadline`` (an MPI_Wtime, 0 = never) passes first.  The coordinator
+        waits until n-1 ranks (itself included) have arrived and names the one missing;
+        the others wait for its answer (seq, straggler, token)."""
         if self.rank == self.coordinator:
-            last = yield from self._decide(deadline)
-            if last is not None:
-                decision = np.array([self.seq, last, int(self.token)], np.int64)
-                self._send(decision, self.tags[1], self.others)
+            notices, last = self._current, None
+            if self.place == self.n - 1:
+                last = self.rank              # everyone was here before the coordinator
+            while last is None:
+                new = notices.poll()
+                if len(notices.heard) == self.n - 1:      # two came at once: the later one
+                    last = max(new or notices.heard, key=lambda r: (notices.heard[r], r))
+                elif len(notices.heard) == self.n - 2:
+                    for r in self.others:
+                        if r not in notices.heard:
+                            last = r
+                elif not (yield notices.next(deadline)):
+                    return None
+            decision = np.array([self.seq, last, int(self.token)], np.int64)
+            self._send(decision, self.tags[1], self.others)
             return last
-        got = yield from self._decision(deadline)
-        if got is None:
-            return None
-        if int(got[0]) != self.seq:
-            raise RuntimeError(f"roles of call {int(got[0])} from rank {self.coordinator} in call {self.seq}: "
-                               "ranks called Allreduce in different sequences")
-        return int(got[1])
-
-    def _decision(self, deadline):
-        """The coordinator's answer (seq, straggler, token); None if ``deadline`` passes."""
         got = np.zeros(3, np.int64)
         while True:
             req = self.comm.Irecv(got, self.coordinator, self.tags[1])
@@ -196,21 +193,11 @@ class NoticeTable:
                 return None
             req.Wait()
             if got[2] == int(self.token):
-                return got          # else: left over from a freed duplicate
-
-    def _decide(self, deadline):
-        """Generator, on the coordinator: the one rank missing once n-1 have arrived."""
-        if self.place == self.n - 1:
-            return self.rank            # everyone was here before the coordinator
-        notices = self._current
-        while True:
-            new = notices.poll()
-            if len(notices.heard) == self.n - 1:      # two came at once: the later one
-                return max(new or notices.heard, key=lambda r: (notices.heard[r], r))
-            if len(notices.heard) == self.n - 2:
-                return next(r for r in range(self.n) if r != self.rank and r not in notices.heard)
-            if not (yield notices.next(deadline)):
-                return None
+                break                        # else: left over from a freed duplicate
+        if int(got[0]) != self.seq:
+            raise RuntimeError(f"roles of call {int(got[0])} from rank {self.coordinator} in call {self.seq}: "
+                               "ranks called Allreduce in different sequences")
+        return int(got[1])
 
     def absent(self, seq, grace=None):
         """Generator (that waits for nothing): ranks that have not entered call ``seq``
@@ -234,9 +221,10 @@ class NoticeTable:
         self._sends = in_flight
         self._sent.pop(self.seq - 3, None)    # the counts of the last three calls stay
 
+    settles = False     # after the plan, nothing to do: the record comes with the next call's notices
+
     def settle(self, deadline=0.0):
-        """Generator: after the plan, nothing to do (the record comes with the next
-        call's notices)."""
+        """Generator: after the plan, nothing to do (``settles``)."""
         return True
         yield  # pragma: no cover
 

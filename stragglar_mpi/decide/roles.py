@@ -92,19 +92,19 @@ def decide(seq, args, deadline=0.0):
     name, policy = args.name, args.policy
     roled = name in WITH_ROLES
     if not deadline and name != AUTO and not (roled and isinstance(policy, str)):
-        # Nothing to learn from arrivals: no roles, or a fixed straggler.
-        straggler = policy if roled else None
+        straggler = policy if roled else None       # nothing to learn from arrivals
         if name in ON_NODES:
             name = for_layout(name, seq.topology, straggler)
         return name, straggler, False, False, None
     before = seq.tracked_seq
     name, straggler = yield from roles(seq, name, policy, args.out.count * args.out.extent, args.n,
                                        tracked=bool(deadline), deadline=deadline)
-    timing, how = picked(seq) if args.name == AUTO else (False, None)
     if name in ON_NODES:
         name = for_layout(name, seq.topology, straggler)
-    return (name, straggler, seq.tracked_seq != before, timing,
-            (how or "model") if args.name == AUTO else None)
+    if args.name != AUTO:
+        return name, straggler, seq.tracked_seq != before, False, None
+    timing, how = picked(seq)
+    return name, straggler, seq.tracked_seq != before, timing, how or "model"
 
 
 def roles(seq, name, policy, nbytes, n, tracked=False, deadline=0.0):
@@ -115,7 +115,7 @@ def roles(seq, name, policy, nbytes, n, tracked=False, deadline=0.0):
         return name, (policy if roled else None)
     if name == AUTO and not tracked and not sampled(seq, n, nbytes):
         return _tuning.choose(seq, synchronous_algorithm(nbytes, seq.tiers()), nbytes, n), None
-    arrivals = seq.arrivals()
+    arrivals = seq.table or seq.arrivals()
     if (yield from arrivals.arrive(deadline)) is None:
         raise Pending((), "the arrival notices of the previous call")
     seq.tracked_seq = arrivals.seq
@@ -154,8 +154,8 @@ def settle(seq, deadline=0.0):
     """Generator: after a tracked call's plan, its record (every rank's time, on every
     rank); returns the arrival messages this rank sent for the call.  ``Pending`` past
     ``deadline``."""
-    arrivals = seq.arrivals()
-    if not (yield from arrivals.settle(deadline)):
+    arrivals = seq.table
+    if arrivals.settles and not (yield from arrivals.settle(deadline)):
         raise Pending((), "the arrival record of this call")
     return arrivals.sent_in(arrivals.seq - 1)
 

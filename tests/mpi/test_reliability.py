@@ -224,7 +224,7 @@ def library_communicators(state, exclude=(), depth=4):
 def expected_communicators(state):
     """What a user communicator costs the library: its private duplicate and, from 2 ranks,
     the arrival tables' duplicate; no sub-communicator of the early ranks, no node one."""
-    made = {state._private.py2f()}
+    made = {state.private.py2f()}
     if state._arrivals is not None:
         made.add(state._arrivals.comm.py2f())
     return made

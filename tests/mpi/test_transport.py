@@ -7,14 +7,14 @@ from mpi4py import MPI
 
 import stragglar_mpi
 from stragglar_mpi.call import allreduce as _allreduce
-from stragglar_mpi.run import transport as _transport
+from stragglar_mpi.run import _interpreter
 from stragglar_mpi.run.plan import COLUMNS, IN, OUT, RECV, REDUCE, SCRATCH, SEND, Plan
 
 
 def test_installed_package_loads_the_compiled_extensions():
     if os.environ.get("SMPI_TEST_INSTALLED"):
         assert "site-packages" in stragglar_mpi.__file__, stragglar_mpi.__file__
-        assert "site-packages" in _transport._interpreter.__file__, _transport._interpreter.__file__
+        assert "site-packages" in _interpreter.__file__, _interpreter.__file__
         assert "site-packages" in _allreduce._entry.__file__, _allreduce._entry.__file__
 
 
@@ -34,7 +34,7 @@ class Rounds:
 @pytest.mark.every_comm
 def test_a_plan_of_two_rounds_with_a_peer_through_the_machine(comm):
     """Round 0 swaps the buffers with a peer and adds them, round 1 swaps the sums: real
-    messages through ``transport.machine`` (the last rank of an odd size talks to itself),
+    messages through ``_interpreter.machine`` (the last rank of an odd size talks to itself),
     the round hook told when each round starts and ends."""
     n, rank = comm.Get_size(), comm.Get_rank()
     peer = rank ^ 1 if rank ^ 1 < n else rank
@@ -47,7 +47,7 @@ def test_a_plan_of_two_rounds_with_a_peer_through_the_machine(comm):
     addresses = tuple(a.ctypes.data for a in (mine, out, scratch))
     c, rounds = comm.Dup(), Rounds()
     try:
-        machine = _transport.machine(plan, addresses, c, MPI.DOUBLE, MPI.SUM, rounds=rounds, tag0=7)
+        machine = _interpreter.machine(plan, addresses, c, MPI.DOUBLE, MPI.SUM, rounds=rounds, tag0=7)
         first = machine.run()
     finally:
         c.Free()
@@ -59,4 +59,4 @@ def test_a_plan_of_two_rounds_with_a_peer_through_the_machine(comm):
 
 def test_an_empty_plan_has_no_machine(comm):
     plan = Plan(np.zeros((0, len(COLUMNS)), dtype=np.int64), 0, 0)
-    assert _transport.machine(plan, (0, 0, 0), comm, MPI.DOUBLE, MPI.SUM) is None
+    assert _interpreter.machine(plan, (0, 0, 0), comm, MPI.DOUBLE, MPI.SUM) is None

@@ -20,25 +20,22 @@ import numpy as np
 from mpi4py import MPI
 
 from stragglar_mpi import Allreduce, Iallreduce
-from stragglar_mpi.run import transport as _transport
+from stragglar_mpi.run import execute as _execute
 
 SIZES = [8, 4 << 10, 64 << 10, 1 << 20, 16 << 20]
 VARIANTS = ["native", "blocking", "nonblocking"]
 
 
 class PlanClock:
-    """Wraps ``transport.machine`` to note when this rank starts its plan's first round
-    and ends its last (the round hook, ``begin``/``end``)."""
+    """The round hook of every plan (run/execute.py ``ROUND_HOOK``): notes when this rank
+    starts its plan's first round and ends its last (``begin``/``end``)."""
 
     def __init__(self):
         self.reset()
-        self.machine = _transport.machine
-        _transport.machine = self
+        _execute.ROUND_HOOK = self
 
-    def __call__(self, plan, addresses, comm, datatype, op, deadline=0.0, local=None, rounds=None,
-                 tag0=0):
-        return self.machine(plan, addresses, comm, datatype, op, deadline, local,
-                            self if rounds is None else rounds, tag0)
+    def __call__(self, plan, datatype):
+        return self
 
     def begin(self, rnd):
         if self.start < 0:
