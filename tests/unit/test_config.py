@@ -1,4 +1,5 @@
 """Settings: read once into a frozen object, every value checked, unknown names refused."""
+from dataclasses import FrozenInstanceError
 from pathlib import Path
 
 import pytest
@@ -34,7 +35,7 @@ def test_read_once_until_configure(setenv, monkeypatch):
 
 
 def test_settings_are_frozen():
-    with pytest.raises(Exception):
+    with pytest.raises(FrozenInstanceError):
         _config.current().timeout = 1.0
 
 
@@ -105,7 +106,7 @@ def test_configure_returns_frozen_settings_with_a_new_epoch():
     first = configure()
     second = configure()
     assert second.epoch == first.epoch + 1 and second == first
-    with pytest.raises(Exception):
+    with pytest.raises(FrozenInstanceError):
         second.timeout = 3
 
 
