@@ -1,5 +1,6 @@
 """What the MPI test files share: agreement across ranks, the inputs' formulas and their
-expected results, settings for a block, threads, the timing tests' figures, and a late rank."""
+expected results, settings for a block, threads, the timing tests' figures, and a rank
+made late, by its arrival stamps or for real."""
 import os
 import threading
 import time
@@ -12,6 +13,7 @@ from mpi4py import MPI
 from stragglar_mpi import configure
 from stragglar_mpi.call.allreduce import state_of
 from stragglar_mpi.core.steps import drive
+from stragglar_mpi.decide import clock
 from stragglar_mpi.decide.arrival import coordinator
 
 
@@ -126,9 +128,41 @@ def in_threads(target, argsets):
 
 
 # --- a late rank ----------------------------------------------------------------------------
+# What is read from the arrival stamps (the records, "predict", "auto"'s history, the report,
+# the coordinator of the next roles) follows ``late``, which moves a rank's stamps without
+# anyone waiting.  Roles by arrival (straggler="arrival") name the rank whose notice has not
+# come when the others are in: real timing, which ``last_to_arrive`` settles by waiting for
+# an event, not a clock.  ``really_late`` sleeps: for what a real delay does to the messages.
+@contextmanager
+def late(comm, rank, seconds):
+    """Inside the block, rank ``rank`` of ``comm`` arrives ``seconds`` late by its arrival
+    stamps (the test hook of decide/clock.py); no message, nobody waits."""
+    mine = comm.Get_rank() == rank
+    if mine:
+        clock.late_by = seconds
+    try:
+        yield
+    finally:
+        if mine:
+            clock.late_by = None
+
+
+@contextmanager
+def last_to_arrive(comm, rank, seconds):
+    """``late`` by ``seconds``, and rank ``rank`` enters the block only once the roles of
+    its next call (a call that takes roles by arrival) are settled without it: the roles
+    and the record name it, whatever the load; collective."""
+    state_of(comm)                  # made on every rank at once, before anyone waits
+    with late(comm, rank, seconds):
+        if comm.Get_rank() == rank and comm.Get_size() > 1:
+            arrive_after_everyone_else(comm)
+        yield
+
+
 def arrive_after_everyone_else(c):
     """Block until the next call's roles are settled without this rank: the coordinator
-    has every other rank's notice (and has sent its answer, when it is another rank)."""
+    has every other rank's notice (and has sent its answer, when it is another rank).
+    ``c``'s state must exist (an earlier call, or ``state_of`` on every rank)."""
     arrivals = state_of(c).arrivals()
     lead = coordinator(drive(arrivals.record_before()), arrivals.n)
     while True:

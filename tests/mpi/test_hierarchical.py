@@ -9,7 +9,8 @@ from mpi4py import MPI
 
 from stragglar_mpi import Allreduce, report, stats
 from stragglar_mpi.call.allreduce import state_of
-from helpers import CASES, assert_same_on_every_rank, contribution, expected, mpi_maps, really_late
+from helpers import (CASES, assert_same_on_every_rank, contribution, expected, last_to_arrive, late, mpi_maps,
+                     really_late)
 
 
 def _hierarchical_here(comm, straggler):
@@ -87,10 +88,10 @@ def test_arrival_roles_find_the_late_rank(laid_out):
     n, rank = comm.Get_size(), comm.Get_rank()
     for straggler in sorted({min(1, n - 1), n // 2, n - 1}):
         comm.Barrier()
-        really_late(comm, straggler, 0.2)
         send = contribution(rank, n, 4 * n, "i", "SUM")
         recv = np.zeros_like(send)
-        Allreduce(comm, send, recv, MPI.SUM, straggler="arrival", algorithm="hierarchical")
+        with last_to_arrive(comm, straggler, 0.2):
+            Allreduce(comm, send, recv, MPI.SUM, straggler="arrival", algorithm="hierarchical")
         np.testing.assert_array_equal(recv, expected(n, send.size, "i", "SUM"))
         assert n == 1 or stats(comm)["last"]["straggler"] == straggler
 
@@ -106,8 +107,8 @@ def test_auto_takes_a_straggler_aware_algorithm_across_nodes(setenv):
     ran = []
     for _ in range(8):          # auto learns from the first calls' records
         comm.Barrier()
-        really_late(comm, n - 1, 0.15)
-        Allreduce(comm, send, recv, MPI.SUM)
+        with late(comm, n - 1, 0.15):
+            Allreduce(comm, send, recv, MPI.SUM)
         assert recv[0] == n and recv[-1] == n
         ran.append(stats(comm)["last"].get("algorithm"))
     topo = state_of(comm).topology

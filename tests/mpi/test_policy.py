@@ -9,7 +9,7 @@ from stragglar_mpi import Allreduce, stats
 from stragglar_mpi.decide.policy import synchronous_algorithm
 from stragglar_mpi.decide.tuning import CLOSE_RUNS, SYNCHRONOUS, size_class, trial_order
 from stragglar_mpi.call.allreduce import state_of
-from helpers import arrive_after_everyone_else, assert_same_on_every_rank, really_late
+from helpers import arrive_after_everyone_else, assert_same_on_every_rank, last_to_arrive, late, really_late
 
 
 def fill(rank, it, count):
@@ -32,12 +32,10 @@ def test_arrival_roles_follow_the_late_rank(comm, world):
         for it in range(iters):
             straggler = int(rng.integers(n))
             delay = rng.uniform(0.001, 0.01)
-            really_late(c, straggler, delay)
-            if c.Get_rank() == straggler and n > 1:
-                arrive_after_everyone_else(c)
             send = fill(c.Get_rank(), it, count)
             recv = np.zeros_like(send)
-            Allreduce(c, send, recv, algorithm="stragglar", straggler="arrival")
+            with last_to_arrive(c, straggler, delay):
+                Allreduce(c, send, recv, algorithm="stragglar", straggler="arrival")
             np.testing.assert_array_equal(recv, want(n, it, count), err_msg=f"iteration {it}")
             last = stats(c)["last"]
             assert last["algorithm"] == ("native" if n == 1 else "stragglar")
@@ -100,10 +98,10 @@ def test_predict_learns_a_persistent_straggler_without_waiting(comm):
         chosen = []
         for it in range(12):
             c.Barrier()
-            really_late(c, slow, 0.05)     # outlasts a rank descheduled under load
             send = fill(c.Get_rank(), it, 5 * n)
             recv = np.zeros_like(send)
-            Allreduce(c, send, recv, algorithm="stragglar", straggler="predict")
+            with late(c, slow, 0.05):        # by its arrival stamps: "predict" reads them alone
+                Allreduce(c, send, recv, algorithm="stragglar", straggler="predict")
             np.testing.assert_array_equal(recv, want(n, it, send.size))
             chosen.append(stats(c)["last"]["straggler"])
         assert_same_on_every_rank(c, chosen, "the stragglers")
