@@ -400,7 +400,8 @@ def test_two_missing_ranks_while_roles_are_found_by_arrival(comm):
 
 @pytest.mark.timeouts
 def test_native_buffer_untouched_after_a_timeout_on_the_repeat_path(comm):
-    """The repeat of a native call (the compiled fast path) under a timeout: no write after."""
+    """A repeat of a native call (a hit of the compiled entry's bindings) under a timeout
+    runs as an Iallreduce into scratch memory (run/native.py): no write after the raise."""
     timing_size(comm)
     rank, late = comm.Get_rank(), 2
     c = comm.Dup()
@@ -483,10 +484,9 @@ def test_missing_early_rank_with_device_buffers(comm, aware):
 @pytest.mark.timeouts
 def test_count_mismatch_raises_never_wrong_data(comm, algo):
     """Counts 1000 against 1001 on one rank: the ranks that see a wrong-sized message
-    raise naming the peer and the sizes; nobody returns a wrong result.  The odd rank
-    plays the straggler: phase 1 is MPI's own collective among the early ranks, where
-    different counts are undefined behaviour (as in comm.Allreduce) and only
-    STRAGGLAR_VALIDATE=1 helps."""
+    raise naming the peer and the sizes; nobody returns a wrong result.  Every message,
+    phase 1's too, is a plan's receive that must bring the count the plan expects
+    (run/transport.py); the odd rank plays the straggler where the algorithm takes one."""
     timing_size(comm)
     n, rank = comm.Get_size(), comm.Get_rank()
     count = 1001 if rank == n - 1 else 1000
