@@ -19,7 +19,7 @@ from mpi.helpers import LATE, TIMEOUT, assert_same_on_every_rank, env
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from stragglar_mpi import configure, stats
+from stragglar_mpi import stats
 from stragglar_mpi.torch import HookState, check_world, register
 
 STEPS = 4

@@ -154,7 +154,7 @@ def test_user_defined_commutative_op(comm):
 
 @pytest.mark.every_comm
 def test_non_commutative_op_and_pair_types_take_native_path(comm):
-    n, rank = comm.Get_size(), comm.Get_rank()
+    rank = comm.Get_rank()
 
     def first_wins(inbuf, inoutbuf, datatype):
         pass  # result is the inout operand: order-dependent

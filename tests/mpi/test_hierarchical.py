@@ -101,7 +101,7 @@ def test_auto_takes_a_straggler_aware_algorithm_across_nodes(setenv):
     setenv(STRAGGLAR_MODEL="1e-5,3e9,1.05,3e-5,8e8", STRAGGLAR_AUTO_MEASURE=0)   # the model, unmeasured
     world = MPI.COMM_WORLD
     comm = world.Dup()
-    n, rank = comm.Get_size(), comm.Get_rank()
+    n = comm.Get_size()
     send = np.ones(2 << 20, np.float32)         # 8 MiB: above auto's small-size cut
     recv = np.empty_like(send)
     ran = []

@@ -8,7 +8,6 @@ must give the right answer on every rank, the same everywhere.
 - persistent requests as mpi4py's: bool, Startall over ours and mpi4py's;
 - derived datatypes freed by the caller while the operation is pending.
 Expected values come from formulas, so every test passes at any world size."""
-import os
 import time
 
 import numpy as np
