@@ -2,6 +2,7 @@
 
 Used by the arrival notices (`_arrival`) and by the bench tool: no decision compares
 raw MPI_Wtime of two ranks, whose clocks (on different nodes) may be far apart.
+Each arrival table stamps a rank's arrival through ``stamp``.
 """
 from __future__ import annotations
 
@@ -10,7 +11,16 @@ from mpi4py import MPI
 
 from ..core import tags
 
+#: A test hook, not a setting (no environment variable reaches it): seconds added to this
+#: process's arrival stamps, so that a test makes its rank look late to every decision
+#: read from the stamps (the records, "predict", "auto", the report) without sleeping
+#: (tests/mpi/helpers.py ``late``).  None outside the tests: one comparison a tracked call.
+late_by = None
 
+
+def stamp(now: float) -> float:
+    """This rank's arrival stamp from ``now``, its time on rank 0's clock."""
+    return now if late_by is None else now + late_by
 
 
 def offsets(comm, rounds: int = 16) -> float:

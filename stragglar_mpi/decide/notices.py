@@ -34,6 +34,7 @@ from mpi4py import MPI
 from ..core import tags
 from ..core.steps import Wait
 from .arrival import Arrival, coordinator
+from .clock import stamp
 
 
 class _Notices:
@@ -118,7 +119,7 @@ class NoticeTable:
         """Generator: enter this call: send this rank's notice to every rank; returns how
         many ranks this rank knew to have arrived before it, or None if ``deadline``
         passed while the previous call's notices were still coming."""
-        t = self.now()
+        t = stamp(MPI.Wtime() - self.offset)       # this rank's time on rank 0's clock (now)
         note = np.array([self.seq, t, self.token])
         self._send(note, self.tags[0], self.others)
         self._mine[self.seq] = t

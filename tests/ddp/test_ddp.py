@@ -15,11 +15,11 @@ import pytest
 import torch
 import torch.distributed as dist
 from mpi4py import MPI
-from mpi.test_reliability import env      # settings for a block, on every rank
+from mpi.helpers import LATE, TIMEOUT, assert_same_on_every_rank, env
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from stragglar_mpi import configure, stats
+from stragglar_mpi import stats
 from stragglar_mpi.torch import HookState, check_world, register
 
 STEPS = 4
@@ -68,11 +68,10 @@ def train(ddp, steps=STEPS, accumulate=1, dtype=torch.float32):
     return [p.detach().clone() for p in ddp.parameters()]
 
 
-def same_everywhere(params):
+def assert_same_weights(params):
     """Every rank holds these parameters, bit for bit."""
     flat = torch.cat([p.double().flatten() for p in params]).numpy()
-    first = MPI.COMM_WORLD.bcast(flat, root=0)
-    assert np.array_equal(flat, first), "the ranks' weights differ"
+    assert_same_on_every_rank(MPI.COMM_WORLD, flat, "the weights")
 
 
 def assert_close(got, want, **tol):
@@ -86,7 +85,7 @@ def test_hook_trains_to_the_default_hooks_weights(hook):
     got = train(ddp)
     want = train(model("default")[0])
     assert_close(got, want, rtol=1e-5, atol=1e-6)
-    same_everywhere(got)
+    assert_same_weights(got)
     buckets = {t["bucket"] for t in state.trace}
     assert len(buckets) > 1, "one bucket: nothing was in flight at once"
     assert all(t["error"] is None for t in state.trace)
@@ -99,7 +98,7 @@ def test_float64_buckets():
     got = train(model("stragglar", torch.float64)[0], dtype=torch.float64)
     want = train(model("default", torch.float64)[0], dtype=torch.float64)
     assert_close(got, want, rtol=1e-12, atol=1e-13)
-    same_everywhere(got)
+    assert_same_weights(got)
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
@@ -117,14 +116,14 @@ def test_half_buckets_are_averaged_in_float32(dtype):
         MPI.COMM_WORLD.Allreduce(mine / MPI.COMM_WORLD.Get_size(), total)
         assert p.grad.dtype == dtype
         torch.testing.assert_close(p.grad, torch.from_numpy(total).to(dtype), rtol=1e-2, atol=1e-3)
-    same_everywhere([p.grad for p in ddp.parameters()])
+    assert_same_weights([p.grad for p in ddp.parameters()])
 
 
 def test_no_sync_and_gradient_accumulation():
     got = train(model("stragglar")[0], steps=3, accumulate=3)
     want = train(model("default")[0], steps=3, accumulate=3)
     assert_close(got, want, rtol=1e-5, atol=1e-6)
-    same_everywhere(got)
+    assert_same_weights(got)
 
 
 def test_two_models_each_with_its_hook():
@@ -161,8 +160,7 @@ def test_roles_by_arrival_agree_on_every_rank(hook):
     state.kwargs["straggler"] = "arrival"
     train(ddp, steps=5)
     seen = [(t["bucket"], t["algorithm"], t["straggler"]) for t in sorted(state.trace, key=lambda t: t["call"])]
-    everyone = world.allgather(seen)
-    assert all(s == everyone[0] for s in everyone), f"the ranks disagree: {everyone}"
+    assert_same_on_every_rank(world, seen, "the roles")
     assert len(seen) > 5
     if os.environ.get("SMPI_TEST_NO_WALLCLOCK"):
         return                           # what follows needs the delay to show (a loaded machine may hide it)
@@ -207,7 +205,7 @@ def test_a_world_that_differs_from_the_process_group_is_refused():
 
 
 # --- timeouts: in their own launch (tests/test_torch.py), at 4 ranks ----------------------
-TIMEOUT, LATE, LATE_RANK = 1.0, 3.0, 2
+LATE_RANK = 2
 
 
 @pytest.mark.timeouts

@@ -92,6 +92,16 @@ def any_comm(request):
     return communicator(request.param)
 
 
+@pytest.fixture(scope="module", params=["cyclic", "block"])
+def laid_out(request):
+    """COMM_WORLD renumbered so that its nodes (emulated by tests/test_mpi.py) are cyclic
+    or blocks of consecutive ranks (Slurm's block layout); one per file and layout."""
+    from stragglar_mpi.bench._sweep import relayout
+    comm = relayout(WORLD, request.param)
+    yield comm
+    comm.Free()
+
+
 def pytest_sessionfinish(session, exitstatus):
     session.config._smpi_status = int(exitstatus)
     if int(exitstatus) in (0, 5):   # after a failure the job aborts; Free could wait for a rank

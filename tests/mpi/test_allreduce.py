@@ -1,75 +1,17 @@
 """Allreduce against formulas and comm.Allreduce, at any world size.
 
-Every rank fills its input from a formula of (rank, index), so the expected
-result is computed locally for any number of ranks.
+Every rank fills its input from a formula of (rank, index) (helpers.py ``contribution``),
+so the expected result is computed locally for any number of ranks.
 """
-import time
-
 import numpy as np
 import pytest
 from mpi4py import MPI
 
 import stragglar_mpi
 from stragglar_mpi import Allreduce, stats
+from helpers import CASES, assert_same_on_every_rank, contribution, expected, mpi_maps, really_late
 
 ALGOS = ["stragglar", "ring", "rhd", "direct", "native", "auto", "hierarchical"]
-INTS = list("bBhHiIlLqQ")
-FLOATS = list("efdg")
-COMPLEX = list("FDG")
-ARITH = [(c, op) for c in INTS + FLOATS for op in ("SUM", "PROD", "MAX", "MIN")] + \
-        [(c, op) for c in COMPLEX for op in ("SUM", "PROD")]
-BITS = [(c, op) for c in INTS for op in ("BAND", "BOR", "BXOR", "LAND", "LOR", "LXOR")] + \
-       [("?", op) for op in ("LAND", "LOR", "LXOR")]
-CASES = ARITH + BITS
-
-
-def contribution(rank, size, count, code, opname):
-    i = np.arange(count)
-    if opname == "PROD":            # exactly one rank contributes 2 at each index
-        x = np.where((i + rank) % size == 0, 2, 1)
-    elif opname in ("LAND", "LOR", "LXOR"):
-        x = ((i * 7 + rank * 3) % 5 < 3).astype(int)
-        if opname == "LAND":
-            x = np.where(i % 3 == 0, 1, x)
-    elif opname in ("BAND", "BOR", "BXOR"):
-        x = (i * 5 + rank * 11) % 64
-    else:
-        x = (i * 3 + rank * 7) % 13 + (rank == size - 1)
-    x = x.astype(np.dtype(code))
-    if code in COMPLEX:
-        x = x + 1j * x.real.astype(x.dtype)
-    return x
-
-
-_NP = {"SUM": np.add, "PROD": np.multiply, "MAX": np.maximum, "MIN": np.minimum,
-       "BAND": np.bitwise_and, "BOR": np.bitwise_or, "BXOR": np.bitwise_xor,
-       "LAND": np.logical_and, "LOR": np.logical_or, "LXOR": np.logical_xor}
-
-
-def expected(size, count, code, opname):
-    acc = contribution(0, size, count, code, opname)
-    for r in range(1, size):
-        acc = _NP[opname](acc, contribution(r, size, count, code, opname))
-    return acc.astype(np.dtype(code))
-
-
-def late(comm, straggler, seconds=0.02):
-    if comm.Get_rank() == straggler:
-        time.sleep(seconds)
-
-
-def bytes_equal_everywhere(comm, arr):
-    mine = arr.tobytes()
-    return all(b == mine for b in comm.allgather(mine))
-
-
-def mpi_maps(code):
-    """Whether this MPI has a datatype for ``code`` (Open MPI 4.1 has none for float16)."""
-    try:
-        MPI.Datatype.fromcode(code)
-    except (KeyError, ValueError):
-        return False
-    return True
 
 
 @pytest.mark.parametrize("code,opname", CASES)
@@ -93,7 +35,7 @@ def test_counts_algorithms_and_stragglers(comm, algo, count_kind):
     n, rank = comm.Get_size(), comm.Get_rank()
     count = {"0": 0, "1": 1, "n-2": max(n - 2, 0), "n-1": n - 1, "odd": 1009}[count_kind]
     for straggler in sorted({0, n // 2, n - 1}):
-        late(comm, straggler)
+        really_late(comm, straggler)
         send = contribution(rank, n, count, "d", "SUM")
         recv = np.full(count, -1.0)
         Allreduce(comm, send, recv, MPI.SUM, algorithm=algo, straggler=straggler)
@@ -118,7 +60,7 @@ def test_in_place(comm, algo, form):
 def test_large_count_matches_native(comm, algo):
     n, rank = comm.Get_size(), comm.Get_rank()
     count = 1000003
-    late(comm, n - 1)
+    really_late(comm, n - 1)
     send = contribution(rank, n, count, "f", "SUM")
     recv = np.empty_like(send)
     ref = np.empty_like(send)
@@ -138,7 +80,7 @@ def test_random_floats_bitwise_identical_on_every_rank(comm, algo, opname):
         send[1::7] = -0.0
     recv = np.empty_like(send)
     Allreduce(comm, send, recv, getattr(MPI, opname), algorithm=algo, straggler=0)
-    assert bytes_equal_everywhere(comm, recv)
+    assert_same_on_every_rank(comm, recv, "the result")
     ref = np.empty_like(send)
     comm.Allreduce(send, ref, getattr(MPI, opname))
     if opname == "SUM":
@@ -205,14 +147,14 @@ def test_user_defined_commutative_op(comm):
             ref = np.zeros_like(send)
             comm.Allreduce(send, ref, op)
             np.testing.assert_array_equal(recv, ref)
-            assert bytes_equal_everywhere(comm, recv)
+            assert_same_on_every_rank(comm, recv, "the result")
     finally:
         op.Free()
 
 
 @pytest.mark.every_comm
 def test_non_commutative_op_and_pair_types_take_native_path(comm):
-    n, rank = comm.Get_size(), comm.Get_rank()
+    rank = comm.Get_rank()
 
     def first_wins(inbuf, inoutbuf, datatype):
         pass  # result is the inout operand: order-dependent
@@ -243,7 +185,7 @@ def test_non_commutative_op_and_pair_types_take_native_path(comm):
 def test_other_communicators(any_comm):
     c = any_comm
     n, rank = c.Get_size(), c.Get_rank()
-    late(c, n - 1)
+    really_late(c, n - 1)
     send = contribution(rank, n, 3 * n + 1, "l", "SUM")
     recv = np.zeros_like(send)
     Allreduce(c, send, recv, MPI.SUM, algorithm="stragglar")

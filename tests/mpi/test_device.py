@@ -15,8 +15,7 @@ from stragglar_mpi import Allreduce, stats
 from stragglar_mpi.memory import buffers as _buffers
 from stragglar_mpi.memory import cuda as _cuda
 from stragglar_mpi.memory import kernels as _kernels
-from test_allreduce import CASES, contribution, expected, mpi_maps
-from test_reliability import in_threads
+from helpers import CASES, assert_same_on_every_rank, contribution, expected, in_threads, mpi_maps
 
 cuda = pytest.importorskip("numba.cuda")
 if not cuda.is_available():
@@ -148,7 +147,7 @@ def test_one_decision_per_call(comm, path, setenv):
     if n > 1:
         assert state.tracked_seq == seq + 1, "one arrival round"
         assert last["memory"] == ("device" if path == "aware" else "staged")
-        assert len(set(c.allgather(last["straggler"]))) == 1
+        assert_same_on_every_rank(c, last["straggler"], "the straggler")
     hits = state.bindings.hits
     Allreduce(c, host, out, algorithm="stragglar")
     assert state.bindings.hits == hits + 1, "the host call's binding was evicted"

@@ -9,15 +9,8 @@ from mpi4py import MPI
 
 from stragglar_mpi import Allreduce, report, stats
 from stragglar_mpi.call.allreduce import state_of
-from stragglar_mpi.bench._sweep import relayout
-from test_allreduce import CASES, bytes_equal_everywhere, contribution, expected, late, mpi_maps
-
-
-@pytest.fixture(scope="module", params=["cyclic", "block"])
-def laid_out(request):
-    comm = relayout(MPI.COMM_WORLD, request.param)
-    yield comm
-    comm.Free()
+from helpers import (CASES, assert_same_on_every_rank, contribution, expected, last_to_arrive, late, mpi_maps,
+                     really_late)
 
 
 def _hierarchical_here(comm, straggler):
@@ -44,7 +37,7 @@ def test_every_straggler_in_place_and_not(laid_out):
     for straggler in range(n):
         for in_place in (False, True):
             for count in (1, n - 1, 3 * n + 2, 10007):
-                late(comm, straggler, 0.005)
+                really_late(comm, straggler, 0.005)
                 send = contribution(rank, n, count, "d", "SUM")
                 if in_place:
                     recv = send.copy()
@@ -85,7 +78,7 @@ def test_random_floats_bitwise_identical_on_every_rank(laid_out, opname):
     for straggler in sorted({0, min(1, n - 1), n - 1}):
         recv = np.empty_like(send)
         Allreduce(comm, send, recv, getattr(MPI, opname), straggler=straggler, algorithm="hierarchical")
-        assert bytes_equal_everywhere(comm, recv)
+        assert_same_on_every_rank(comm, recv, "the result")
 
 
 def test_arrival_roles_find_the_late_rank(laid_out):
@@ -95,10 +88,10 @@ def test_arrival_roles_find_the_late_rank(laid_out):
     n, rank = comm.Get_size(), comm.Get_rank()
     for straggler in sorted({min(1, n - 1), n // 2, n - 1}):
         comm.Barrier()
-        late(comm, straggler, 0.2)
         send = contribution(rank, n, 4 * n, "i", "SUM")
         recv = np.zeros_like(send)
-        Allreduce(comm, send, recv, MPI.SUM, straggler="arrival", algorithm="hierarchical")
+        with last_to_arrive(comm, straggler, 0.2):
+            Allreduce(comm, send, recv, MPI.SUM, straggler="arrival", algorithm="hierarchical")
         np.testing.assert_array_equal(recv, expected(n, send.size, "i", "SUM"))
         assert n == 1 or stats(comm)["last"]["straggler"] == straggler
 
@@ -108,14 +101,14 @@ def test_auto_takes_a_straggler_aware_algorithm_across_nodes(setenv):
     setenv(STRAGGLAR_MODEL="1e-5,3e9,1.05,3e-5,8e8", STRAGGLAR_AUTO_MEASURE=0)   # the model, unmeasured
     world = MPI.COMM_WORLD
     comm = world.Dup()
-    n, rank = comm.Get_size(), comm.Get_rank()
+    n = comm.Get_size()
     send = np.ones(2 << 20, np.float32)         # 8 MiB: above auto's small-size cut
     recv = np.empty_like(send)
     ran = []
     for _ in range(8):          # auto learns from the first calls' records
         comm.Barrier()
-        late(comm, n - 1, 0.15)
-        Allreduce(comm, send, recv, MPI.SUM)
+        with late(comm, n - 1, 0.15):
+            Allreduce(comm, send, recv, MPI.SUM)
         assert recv[0] == n and recv[-1] == n
         ran.append(stats(comm)["last"].get("algorithm"))
     topo = state_of(comm).topology
@@ -157,10 +150,10 @@ def test_device_and_host_ranks_in_one_hierarchical_call(laid_out, setenv, aware)
             got = np.zeros_like(send)
             Allreduce(comm, send, got, MPI.SUM, straggler=straggler, algorithm="hierarchical")
         np.testing.assert_array_equal(got, expected(n, send.size, "d", "SUM"))
-        ran = comm.allgather(stats(comm)["last"].get("algorithm"))
-        assert len(set(ran)) == 1, ran
+        ran = stats(comm)["last"].get("algorithm")
+        assert_same_on_every_rank(comm, ran, "the algorithm")
         if n > 1:
-            assert ran[0] == ("hierarchical" if _hierarchical_here(comm, straggler) else "stragglar")
+            assert ran == ("hierarchical" if _hierarchical_here(comm, straggler) else "stragglar")
 
 
 @pytest.mark.parametrize("code,opname", [("d", "SUM"), ("f", "MAX"), ("i", "PROD")])

@@ -8,15 +8,7 @@ from mpi4py import MPI
 
 from stragglar_mpi import Allreduce, stats
 from stragglar_mpi.call.allreduce import state_of
-from stragglar_mpi.bench._sweep import relayout
-from test_allreduce import CASES, bytes_equal_everywhere, contribution, expected, mpi_maps
-
-
-@pytest.fixture(scope="module", params=["cyclic", "block"])
-def laid_out(request):
-    comm = relayout(MPI.COMM_WORLD, request.param)
-    yield comm
-    comm.Free()
+from helpers import CASES, assert_same_on_every_rank, contribution, expected, mpi_maps
 
 
 def _ran(comm):
@@ -71,7 +63,7 @@ def test_random_floats_bitwise_identical_on_every_rank(laid_out, opname):
             send[::4] = np.nan
         recv = np.empty_like(send)
         Allreduce(comm, send, recv, getattr(MPI, opname), algorithm="hring")
-        assert bytes_equal_everywhere(comm, recv)
+        assert_same_on_every_rank(comm, recv, "the result")
 
 
 def test_forced_by_the_environment(laid_out, setenv):
@@ -102,5 +94,4 @@ def test_device_and_host_ranks_in_one_call(laid_out):
         got = np.zeros_like(send)
         Allreduce(comm, send, got, MPI.SUM, algorithm="hring")
     np.testing.assert_array_equal(got, expected(n, send.size, "d", "SUM"))
-    ran = comm.allgather(_ran(comm))
-    assert len(set(ran)) == 1, ran
+    assert_same_on_every_rank(comm, _ran(comm), "the algorithm")

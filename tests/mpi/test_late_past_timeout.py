@@ -13,9 +13,9 @@ from mpi4py import MPI
 
 from stragglar_mpi import Abandoned, Allreduce, Iallreduce, StragglerTimeout
 from stragglar_mpi.core.errors import Mismatch
-from test_reliability import env, timing_size
+from helpers import TIMEOUT, env, timing_size
 
-TIMEOUT, LATE, LATE_RANK = 1.0, 3.5, 1
+LATE, LATE_RANK = 3.5, 1
 COUNT = 65536
 
 

@@ -8,7 +8,6 @@ must give the right answer on every rank, the same everywhere.
 - persistent requests as mpi4py's: bool, Startall over ours and mpi4py's;
 - derived datatypes freed by the caller while the operation is pending.
 Expected values come from formulas, so every test passes at any world size."""
-import os
 import time
 
 import numpy as np
@@ -18,14 +17,9 @@ from mpi4py import MPI
 from stragglar_mpi import Allreduce, Allreduce_init, Iallreduce, configure, stats
 from stragglar_mpi.call.requests import Prequest
 from stragglar_mpi.run.engine import ENGINE
-from test_reliability import env
+from helpers import assert_same_on_every_rank, env
 
 REPEAT = 20
-
-
-def same_everywhere(comm, value):
-    everyone = comm.allgather(value)
-    assert all(v == everyone[0] for v in everyone), everyone
 
 
 @pytest.fixture
@@ -54,7 +48,7 @@ def test_cancel_has_one_outcome_on_every_rank(comm):
         MPI.Request.Waitall(requests, statuses)
         want = [n * (1000 * k + rep) + n * (n - 1) / 2 for k in range(9)]
         assert [float(b[0]) for b in bufs] == want and all(np.all(b == b[0]) for b in bufs)
-        same_everywhere(comm, [s.Is_cancelled() for s in statuses])
+        assert_same_on_every_rank(comm, [s.Is_cancelled() for s in statuses], "the cancelled flags")
         assert not any(s.Is_cancelled() for s in statuses)
         work.Free()
 
@@ -77,7 +71,7 @@ def test_agreement_waits_for_the_nonblocking_natives(comm, held):
             request.Wait()
             assert np.all(small == n * rep + n * (n - 1) / 2), (rep, small[:2])
             assert np.all(big == 2 * n * rep + n * (n - 1) / 2), (rep, big[:2])
-        same_everywhere(comm, sorted(stats(work)["calls"].items()))
+        assert_same_on_every_rank(comm, sorted(stats(work)["calls"].items()), "the calls by algorithm")
         work.Free()
 
 

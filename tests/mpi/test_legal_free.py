@@ -14,6 +14,7 @@ from mpi4py import MPI
 from stragglar_mpi import Allreduce, Allreduce_init, Comm, Iallreduce
 from stragglar_mpi.call import requests as _requests
 from stragglar_mpi.core.state import peek
+from helpers import true_on_every_rank
 
 REPEATS = 20
 SIZES = (100, 20000)     # both sides of auto's small-size cut
@@ -39,10 +40,6 @@ def released(state, within=10.0):
     return state.freed
 
 
-def same_everywhere(comm, flag):
-    return comm.allreduce(bool(flag), MPI.LAND)
-
-
 @pytest.mark.parametrize("how", [{}, {"algorithm": "stragglar"},
                                  {"algorithm": "stragglar", "straggler": "arrival"}],
                          ids=["auto", "stragglar", "arrival"])
@@ -58,7 +55,7 @@ def test_iallreduce_then_free_then_wait(comm, how):
         assert c == MPI.COMM_NULL
         request.Wait()
         assert np.array_equal(recv, expected(comm, send)), f"repeat {k}"
-        assert same_everywhere(comm, released(state)), f"repeat {k}: the library state stayed"
+        assert true_on_every_rank(comm, released(state)), f"repeat {k}: the library state stayed"
 
 
 def test_comm_wrapper_free_with_several_pending_on_lanes(comm):
@@ -72,7 +69,7 @@ def test_comm_wrapper_free_with_several_pending_on_lanes(comm):
         MPI.Request.Waitall(requests)
         for j, (s, r) in enumerate(zip(sends, recvs)):
             assert np.array_equal(r, expected(comm, s)), f"repeat {k}, operation {j}"
-        assert same_everywhere(comm, released(state)), f"repeat {k}: the library state stayed"
+        assert true_on_every_rank(comm, released(state)), f"repeat {k}: the library state stayed"
 
 
 def test_persistent_request_started_then_free_then_wait(comm):
@@ -104,7 +101,7 @@ def test_free_of_a_dup_that_had_blocking_calls(comm):
             assert np.array_equal(again, expected(comm, send)), f"repeat {k}"
         else:
             c.Free()
-        assert same_everywhere(comm, released(state)), f"repeat {k}: the library state stayed"
+        assert true_on_every_rank(comm, released(state)), f"repeat {k}: the library state stayed"
 
 
 def test_free_right_after_init_and_during_setup(comm):
@@ -130,7 +127,7 @@ def test_free_right_after_init_and_during_setup(comm):
         assert np.array_equal(b, want)
     assert np.all(buf == 1.0), "a freed persistent request wrote its buffer"
     unreleased = [s for s in states if s is not None and not released(s)]
-    assert same_everywhere(comm, not unreleased), f"{len(unreleased)} states never freed"
+    assert true_on_every_rank(comm, not unreleased), f"{len(unreleased)} states never freed"
 
 
 def test_setups_of_nonblocking_first_calls_in_a_row(comm):

@@ -10,7 +10,7 @@ import pytest
 from mpi4py import MPI
 
 from stragglar_mpi import Abandoned, Allreduce, Allreduce_init, Comm, Iallreduce, StragglerTimeout, stats
-from test_reliability import env
+from helpers import LATE, TIMEOUT, env, timing_size
 
 
 def total(comm, f):
@@ -321,14 +321,6 @@ def test_device_buffers(comm):
 
 
 # --- timeouts: in their own launch (tests/test_mpi.py::test_mpi_timeouts), at 4 ranks --------
-TIMEOUT, LATE = 1.0, 3.0
-
-
-def timing_size(comm):
-    if comm.Get_size() != 4:
-        pytest.skip("timing tests run at 4 ranks")
-
-
 @pytest.mark.timeouts
 def test_missing_rank_in_a_nonblocking_call_raises_from_wait(comm):
     timing_size(comm)

@@ -1,16 +1,14 @@
 """Straggler roles found at run time ("arrival", "predict") and the "auto" choice."""
-import time
 
 import numpy as np
 import pytest
 from mpi4py import MPI
 
 from stragglar_mpi import Allreduce, stats
-from stragglar_mpi.core.steps import drive
-from stragglar_mpi.decide.arrival import coordinator
 from stragglar_mpi.decide.policy import synchronous_algorithm
 from stragglar_mpi.decide.tuning import CLOSE_RUNS, SYNCHRONOUS, size_class, trial_order
 from stragglar_mpi.call.allreduce import state_of
+from helpers import arrive_after_everyone_else, assert_same_on_every_rank, last_to_arrive, late, really_late
 
 
 def fill(rank, it, count):
@@ -19,33 +17,6 @@ def fill(rank, it, count):
 
 def want(n, it, count):
     return sum(fill(r, it, count) for r in range(n))
-
-
-def same_everywhere(comm, value):
-    return len(set(comm.allgather(value))) == 1
-
-
-def arrive_after_everyone_else(c):
-    """Block until the next call's roles are settled without this rank: the coordinator
-    has every other rank's notice (and has sent its answer, when it is another rank)."""
-    arrivals = state_of(c).arrivals()
-    lead = coordinator(drive(arrivals.record_before()), arrivals.n)
-    while True:
-        if lead == c.Get_rank():
-            if len(arrivals.heard()) == arrivals.n - 1:
-                return
-        elif decided(arrivals, lead):
-            return
-        time.sleep(0.0002)
-
-
-def decided(arrivals, lead):
-    """Whether the roles of this rank's next call have come (it has not entered it)."""
-    if arrivals.protocol == "notices":          # the coordinator's answer waits here
-        return arrivals.comm.Iprobe(lead, arrivals.tags[1])
-    arrivals._pump()                              # groups: every kind on one tag
-    call = arrivals._calls.get(arrivals.seq)
-    return call is not None and call.decision is not None
 
 
 def test_arrival_roles_follow_the_late_rank(comm, world):
@@ -57,20 +28,17 @@ def test_arrival_roles_follow_the_late_rank(comm, world):
         count = 4 * n + 3
         Allreduce(c, np.ones(count), np.ones(count), straggler="arrival", algorithm="stragglar")
         for it in range(iters):
-            late = int(rng.integers(n))
+            straggler = int(rng.integers(n))
             delay = rng.uniform(0.001, 0.01)
-            if c.Get_rank() == late:
-                time.sleep(delay)
-                if n > 1:
-                    arrive_after_everyone_else(c)
             send = fill(c.Get_rank(), it, count)
             recv = np.zeros_like(send)
-            Allreduce(c, send, recv, algorithm="stragglar", straggler="arrival")
+            with last_to_arrive(c, straggler, delay):
+                Allreduce(c, send, recv, algorithm="stragglar", straggler="arrival")
             np.testing.assert_array_equal(recv, want(n, it, count), err_msg=f"iteration {it}")
             last = stats(c)["last"]
             assert last["algorithm"] == ("native" if n == 1 else "stragglar")
             if n > 1:
-                assert last["straggler"] == late, f"iteration {it}"
+                assert last["straggler"] == straggler, f"iteration {it}"
     finally:
         c.Free()
 
@@ -88,7 +56,8 @@ def test_arrival_with_nobody_late_and_ranks_arriving_together(comm):
             np.testing.assert_array_equal(got, want(n, it, got.size))
             if n > 1:
                 s = stats(c)["last"]["straggler"]
-                assert 0 <= s < n and same_everywhere(c, s)
+                assert_same_on_every_rank(c, s, "the straggler")
+                assert 0 <= s < n
     finally:
         c.Free()
 
@@ -102,8 +71,8 @@ def test_direct_algorithm_takes_arrival_roles_too(comm):
         count = 3 * n
         Allreduce(c, np.ones(count), np.ones(count), algorithm="direct", straggler="arrival")
         for it in range(20):
-            late = it % n
-            if c.Get_rank() == late and n > 1:
+            straggler = it % n
+            if c.Get_rank() == straggler and n > 1:
                 arrive_after_everyone_else(c)
             send = fill(c.Get_rank(), it, count)
             recv = np.zeros_like(send)
@@ -112,7 +81,7 @@ def test_direct_algorithm_takes_arrival_roles_too(comm):
             last = stats(c)["last"]
             assert last["algorithm"] == ("native" if n == 1 else "direct"), f"iteration {it}"
             if n > 1:
-                assert last["policy"] == "arrival" and last["straggler"] == late, f"iteration {it}"
+                assert last["policy"] == "arrival" and last["straggler"] == straggler, f"iteration {it}"
     finally:
         c.Free()
 
@@ -127,14 +96,13 @@ def test_predict_learns_a_persistent_straggler_without_waiting(comm):
         chosen = []
         for it in range(12):
             c.Barrier()
-            if c.Get_rank() == slow:
-                time.sleep(0.05)     # outlasts a rank descheduled under load
             send = fill(c.Get_rank(), it, 5 * n)
             recv = np.zeros_like(send)
-            Allreduce(c, send, recv, algorithm="stragglar", straggler="predict")
+            with late(c, slow, 0.05):        # by its arrival stamps: "predict" reads them alone
+                Allreduce(c, send, recv, algorithm="stragglar", straggler="predict")
             np.testing.assert_array_equal(recv, want(n, it, send.size))
             chosen.append(stats(c)["last"]["straggler"])
-        assert same_everywhere(c, tuple(chosen))
+        assert_same_on_every_rank(c, chosen, "the stragglers")
         assert chosen[0] == n - 1                  # no history yet: the last rank
         assert chosen[-5:] == [slow] * 5
     finally:
@@ -170,12 +138,11 @@ def test_auto_goes_native_without_delay_and_stragglar_with_one(comm, setenv):
         picks = []
         for it in range(16):                 # a sampled pair sees the delay, then the history
             c.Barrier()                      # everyone starts together; the last rank is late
-            if c.Get_rank() == n - 1:
-                time.sleep(0.05)
+            really_late(c, n - 1, 0.05)      # for real: the roles by arrival must name it
             Allreduce(c, send, recv)
             np.testing.assert_array_equal(recv, expected)
             picks.append(stats(c)["last"]["algorithm"])
-        assert same_everywhere(c, tuple(picks))
+        assert_same_on_every_rank(c, picks, "the algorithms")
         if state_of(c).tiers() is not None:   # across nodes: the two-tier model (issue 14)
             assert picks[-1] in ("stragglar", "hierarchical"), picks
             assert stats(c)["last"]["straggler"] == n - 1
@@ -227,7 +194,7 @@ def test_auto_runs_the_synchronous_algorithm_it_measured_fastest(comm, setenv):
         call()
         call()
         summary = tuner.summary()[1 << size_class(count * 4)][SYNCHRONOUS]
-        assert same_everywhere(c, (tuple(ran), repr(summary)))
+        assert_same_on_every_rank(c, (ran, repr(summary)), "the runs and the tuner")
         assert tuple(ran[:len(order)]) == order and how[:rounds] == ["timed"] * rounds
         assert set(ran[len(order):rounds]) <= set(tuner.names)     # the close ones' second pass
         best = min(summary["measured"], key=summary["measured"].get)
@@ -254,8 +221,7 @@ def test_auto_measures_its_straggler_aware_choice_against_the_synchronous_ones(c
 
         def call():
             c.Barrier()
-            if c.Get_rank() == n - 1:
-                time.sleep(0.05)
+            really_late(c, n - 1, 0.05)     # for real: the tuner times the runs
             Allreduce(c, send, recv)
             np.testing.assert_array_equal(recv, want(n, 2, count))
             last = stats(c)["last"]
@@ -271,7 +237,7 @@ def test_auto_measures_its_straggler_aware_choice_against_the_synchronous_ones(c
         assert aware and tuner.classes[aware[0]].rounds == 1, ran
         call()
         choice = tuner.classes[aware[0]].choice
-        assert same_everywhere(c, (tuple(ran), repr(tuner.summary())))
+        assert_same_on_every_rank(c, (ran, repr(tuner.summary())), "the runs and the tuner")
         timed = [r for r in ran if r[2] == "timed"]
         names = set(tuner.classes[aware[0]].names)    # those the model did not rule out
         synchronous = {a for k, c in tuner.classes.items() if k[1] == SYNCHRONOUS for a in c.names}

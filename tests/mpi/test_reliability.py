@@ -3,35 +3,13 @@ import os
 import threading
 import time
 from collections import deque
-from contextlib import contextmanager
 
 import numpy as np
 import pytest
 from mpi4py import MPI
 
-from stragglar_mpi import Allreduce, StragglerTimeout, configure, stats
-
-
-@contextmanager
-def env(**values):
-    """Settings changed for a block: the environment, then ``configure()`` on every rank."""
-    old = {k: os.environ.get(k) for k in values}
-    os.environ.update({k: str(v) for k, v in values.items()})
-    configure()
-    try:
-        yield
-    finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-        configure()
-
-
-def needs(n, comm):
-    if comm.Get_size() < n:
-        pytest.skip(f"needs {n} ranks")
+from stragglar_mpi import Allreduce, StragglerTimeout, stats
+from helpers import LATE, TIMEOUT, env, in_threads, needs, timing_size
 
 
 @pytest.mark.every_comm
@@ -142,15 +120,6 @@ def test_threads_on_different_communicators(comm):
     assert not errors
 
 
-def in_threads(target, argsets):
-    """``target(*args)`` for each of ``argsets``, each in its own thread, all joined."""
-    threads = [threading.Thread(target=target, args=args) for args in argsets]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-
-
 def test_short_soak_keeps_state_bounded(comm):
     """A short version of tests/perf/soak.py: random calls; nothing grows."""
     from stragglar_mpi.call.allreduce import state_of
@@ -251,19 +220,9 @@ def test_every_straggler_runs_on_the_private_duplicate_alone(comm):
 
 
 # --- the reliability matrix: a missing rank at every step, on every rank -------------------
-# Timing-based tests run at one world size only (4 ranks): they sleep, and the machine
-# is shared.  Bounds are generous; what they check is that nobody waits forever and
-# that every waiting rank names the missing one.
-TIMEOUT, LATE = 1.0, 3.0
-
-
-def timing_size(comm):
-    """Marked ``timeouts``: tests/test_mpi.py runs these in their own launch (they abandon
-    requests on purpose, as a job does before it aborts), at 4 ranks."""
-    if comm.Get_size() != 4:
-        pytest.skip("timing tests run at 4 ranks")
-
-
+# Timing-based tests run at one world size only (4 ranks, helpers.py ``timing_size``): they
+# sleep, and the machine is shared.  Bounds are generous; what they check is that nobody
+# waits forever and that every waiting rank names the missing one.
 def late_call(comm, late, call, **settings):
     """``call(c)`` on a fresh Dup with STRAGGLAR_TIMEOUT, ``late`` sleeping LATE s first;
     (error or None, seconds waited).  Every rank then meets at a Barrier."""
@@ -441,8 +400,8 @@ def test_two_missing_ranks_while_roles_are_found_by_arrival(comm):
 
 @pytest.mark.timeouts
 def test_native_buffer_untouched_after_a_timeout_on_the_repeat_path(comm):
-    """The repeat of a native call (served by the compiled entry from its binding) under a
-    timeout: no write after."""
+    """A repeat of a native call (a hit of the compiled entry's bindings) under a timeout
+    runs as an Iallreduce into scratch memory (run/native.py): no write after the raise."""
     timing_size(comm)
     rank, late = comm.Get_rank(), 2
     c = comm.Dup()
@@ -525,9 +484,9 @@ def test_missing_early_rank_with_device_buffers(comm, aware):
 @pytest.mark.timeouts
 def test_count_mismatch_raises_never_wrong_data(comm, algo):
     """Counts 1000 against 1001 on one rank: the ranks that see a wrong-sized message
-    raise naming the peer and the sizes; nobody returns a wrong result.  The odd rank
-    plays the straggler: it takes no part in phase 1 (rounds among the early ranks), so
-    the wrong-sized messages are those of the plan after its arrival."""
+    raise naming the peer and the sizes; nobody returns a wrong result.  Every message,
+    phase 1's too, is a plan's receive that must bring the count the plan expects
+    (cython_src/run/_machine.pxi); the odd rank plays the straggler where the algorithm takes one."""
     timing_size(comm)
     n, rank = comm.Get_size(), comm.Get_rank()
     count = 1001 if rank == n - 1 else 1000

@@ -1,12 +1,12 @@
 """The straggler report: from the arrival records of tracked calls, local, nothing for untracked ones."""
 import io
-import time
 
 import numpy as np
 import pytest
 
 from stragglar_mpi import Allreduce, report
 from stragglar_mpi.core.state import peek
+from helpers import last_to_arrive
 
 
 def rows(text):
@@ -20,7 +20,6 @@ def rows(text):
     return out
 
 
-@pytest.mark.wallclock
 def test_the_late_rank_is_reported_last_and_late(comm):
     n = comm.Get_size()
     c = comm.Dup()
@@ -28,11 +27,10 @@ def test_the_late_rank_is_reported_last_and_late(comm):
         late, calls = n - 1, 12
         for it in range(calls):
             c.Barrier()
-            if c.Get_rank() == late:
-                time.sleep(0.05)
             send = np.full(64, float(c.Get_rank()))
             recv = np.zeros(64)
-            Allreduce(c, send, recv, algorithm="stragglar", straggler="arrival")
+            with last_to_arrive(c, late, 0.05):
+                Allreduce(c, send, recv, algorithm="stragglar", straggler="arrival")
             assert np.all(recv == n * (n - 1) / 2)
         if c.Get_rank() == 0:                     # local: one rank alone, no hang
             text = report(c, file=io.StringIO())
@@ -44,10 +42,8 @@ def test_the_late_rank_is_reported_last_and_late(comm):
             assert f"{calls - 1} recorded calls" in text      # the last call's record comes later
             assert "\nran: stragglar " in text                   # what the recorded calls ran
             last, p50, p95, ran, saved = table[late]
-            assert last >= calls - 3 and 10.0 <= p50 <= p95
-            # StragglAR ran with it as the straggler; under load the roles of one call may
-            # name another rank than its record does (docs/ARRIVAL.md), so one call may differ.
-            assert last - 1 <= ran <= last
+            assert last == calls - 1 and 10.0 <= p50 <= p95
+            assert ran == last                  # StragglAR ran with it as the straggler
             assert sum(r[0] for r in table.values()) == calls - 1
             assert "saved in all" in text
         c.Barrier()

@@ -4,6 +4,7 @@ import pytest
 from mpi4py import MPI
 
 from stragglar_mpi import Allreduce, Comm
+from helpers import assert_same_on_every_rank
 
 BAD = [("STRAGGLAR_TIMEOUT", "nan"), ("STRAGGLAR_TIMEOUT", "inf"), ("STRAGGLAR_TIMEOUT", "-2"),
        ("STRAGGLAR_MODEL", "1e-5,0,1"), ("STRAGGLAR_VALIDATE", "2"),
@@ -15,8 +16,7 @@ BAD = [("STRAGGLAR_TIMEOUT", "nan"), ("STRAGGLAR_TIMEOUT", "inf"), ("STRAGGLAR_T
 def test_a_bad_setting_raises_on_every_rank(comm, setenv, name, value):
     with pytest.raises(ValueError, match=name) as info:
         setenv(**{name: value})
-    errors = comm.allgather(str(info.value))
-    assert len(set(errors)) == 1                 # the same message everywhere
+    assert_same_on_every_rank(comm, str(info.value), "the message")
     for call in (lambda: Allreduce(comm, np.ones(4), np.zeros(4)),
                  lambda: Comm(comm).Allreduce(MPI.IN_PLACE, np.ones(4))):
         with pytest.raises(ValueError, match=name):

@@ -1,4 +1,6 @@
 """The benchmark tool's pure parts (no MPI processes): exact expected values, flags."""
+import argparse
+
 import numpy as np
 import pytest
 
@@ -30,7 +32,7 @@ def test_flags_parse():
     assert _args.Delay("fixed", 10, per_mib=2).draw(rng, 4 << 20) == pytest.approx(0.018)
     assert 0.1 <= _args.parse_delay("uniform:100:300").draw(rng, 0) <= 0.3
     for bad in ("-1", "uniform:1", "gauss:3", "x"):
-        with pytest.raises(Exception):
+        with pytest.raises(argparse.ArgumentTypeError, match="not a delay"):
             _args.parse_delay(bad)
     args = _args.parser().parse_args(["-b", "1M", "-e", "256M", "-n", "20", "--min-iters", "5",
                                      "--shrink-above", "64M"])

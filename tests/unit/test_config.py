@@ -1,4 +1,6 @@
 """Settings: read once into a frozen object, every value checked, unknown names refused."""
+import re
+from dataclasses import FrozenInstanceError
 from pathlib import Path
 
 import pytest
@@ -9,12 +11,11 @@ from stragglar_mpi.core import config as _config
 SETTINGS_DOC = Path(__file__).resolve().parents[2] / "docs" / "SETTINGS.md"
 
 
-def test_defaults():
+def test_defaults_are_the_knobs_defaults():
+    """Nothing set: every field is its knob's default, read as a set value would be."""
     s = _config.read({})
-    assert (s.algo, s.auto_min_bytes, s.timeout, s.validate, s.report) == \
-        ("", 4194304, None, False, False)
-    assert s.model == (1e-5, 1e9, 1.05)
-    assert (s.cuda_aware, s.cuda_piece_bytes) == (None, 4194304)
+    for k in _config.KNOBS:
+        assert getattr(s, k.field) == k.parse(k.name, k.default), k.name
 
 
 def test_read_once_until_configure(setenv, monkeypatch):
@@ -34,7 +35,7 @@ def test_read_once_until_configure(setenv, monkeypatch):
 
 
 def test_settings_are_frozen():
-    with pytest.raises(Exception):
+    with pytest.raises(FrozenInstanceError):
         _config.current().timeout = 1.0
 
 
@@ -97,25 +98,34 @@ def test_a_bad_algorithm_argument_names_the_choices():
 
 
 def test_the_settings_table_is_the_knob_list():
-    assert _config.table() in SETTINGS_DOC.read_text()
+    """Both ways: every knob's row, as ``KNOBS`` says it, in their order; and every
+    variable docs/SETTINGS.md names, in its table or its text, is a knob."""
+    doc = SETTINGS_DOC.read_text()
+    assert _config.table() in doc
+    named = set(re.findall(r"STRAGGLAR_[A-Z_]*[A-Z]", doc))
+    assert named == _config.KNOWN, (sorted(named - _config.KNOWN), sorted(_config.KNOWN - named))
+    rows = [line for line in doc.splitlines() if line.startswith("| `STRAGGLAR_")]
+    assert len(rows) == len(_config.KNOBS), "a row of docs/SETTINGS.md that is not a knob's"
 
 
 def test_configure_returns_frozen_settings_with_a_new_epoch():
     first = configure()
     second = configure()
     assert second.epoch == first.epoch + 1 and second == first
-    with pytest.raises(Exception):
+    with pytest.raises(FrozenInstanceError):
         second.timeout = 3
 
 
-def test_hring_is_a_row_and_a_choice(setenv):
-    from stragglar_mpi.schedule.algorithms import (BY_NAME, CHOICES, SCHEDULE_ONLY,
-                                                   TOPOLOGY_ALGORITHMS, has_roles)
-    row = BY_NAME["hring"]
-    assert (row.phase1, row.roles, row.straggler_aware, row.layout, row.schedule) == (
-        None, False, False, "nodes", True)
-    assert "hring" in CHOICES and "hring" in TOPOLOGY_ALGORITHMS and "hring" not in SCHEDULE_ONLY
-    assert not has_roles("hring")
-    assert _config.algorithm("hring") == "hring"
-    setenv(STRAGGLAR_ALGO="hring")
-    assert _config.algorithm("native") == "hring"
+def test_every_algorithm_of_the_table_is_a_choice(setenv):
+    """Each row of schedule/algorithms.py, and "auto", is accepted by ``algorithm=`` and
+    by STRAGGLAR_ALGO, and named in that knob's meaning (docs/SETTINGS.md); a row takes
+    a straggler exactly where its ``roles`` column says; no row is a schedule only."""
+    from stragglar_mpi.schedule.algorithms import AUTO, SCHEDULE_ONLY, TABLE, has_roles
+    meaning = next(k.meaning for k in _config.KNOBS if k.field == "algo")
+    for name in [AUTO] + [row.name for row in TABLE]:
+        assert _config.algorithm(name) == name
+        assert f"`{name}`" in meaning, name
+    for row in TABLE:
+        assert has_roles(row.name) == row.roles and row.name not in SCHEDULE_ONLY, row
+        setenv(STRAGGLAR_ALGO=row.name)
+        assert _config.algorithm(AUTO) == _config.algorithm(None) == row.name
