@@ -390,6 +390,8 @@ class GroupTable:
         return min(1.0, max(0.2, timeout)) if timeout else 0.5
 
     def _name(self, call, grace):
+        """Generator, once a wait for the roles has timed out: the ranks missing from
+        ``call``, agreed with the other aggregators (``grace``: how long to wait for them)."""
         self._pump()
         g = self.group_of[self.rank]
         aggregating = self.rank in call.aggregators[g]

@@ -58,6 +58,7 @@ def _pieces(args):
 
 
 def _on_scratch(seq, args, memory, deadline, turn):
+    """Generator: the native AllReduce in ``memory``'s scratch, copied out on success."""
     out, src = args.out, args.src
     nbytes, dt = out.count * out.extent, out.datatype
     holes = dt.Get_size() != out.extent       # pair types: keep the caller's padding
