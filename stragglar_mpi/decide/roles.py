@@ -88,33 +88,17 @@ def decide(seq, args, deadline=0.0):
     every rank: what runs on this layout (``for_layout``) and who plays the straggler;
     whether the call is tracked (it sent arrival notices: ``settle`` ends it); whether
     it is a timed run of auto's measurements and how auto chose (decide/tuning.py).
-    ``Pending`` when the arrival data do not come by ``deadline``."""
-    name, policy = args.name, args.policy
-    roled = name in WITH_ROLES
-    if not deadline and name != AUTO and not (roled and isinstance(policy, str)):
-        straggler = policy if roled else None       # nothing to learn from arrivals
-        if name in ON_NODES:
-            name = for_layout(name, seq.topology, straggler)
-        return name, straggler, False, False, None
-    before = seq.tracked_seq
-    name, straggler = yield from roles(seq, name, policy, args.out.count * args.out.extent, args.n,
-                                       tracked=bool(deadline), deadline=deadline)
-    if name in ON_NODES:
-        name = for_layout(name, seq.topology, straggler)
-    if args.name != AUTO:
-        return name, straggler, seq.tracked_seq != before, False, None
-    timing, how = picked(seq)
-    return name, straggler, seq.tracked_seq != before, timing, how or "model"
 
-
-def roles(seq, name, policy, nbytes, n, tracked=False, deadline=0.0):
-    """Generator: (algorithm, straggler) for this call, the same on every rank;
+    Calls that need arrival data ("auto", a policy by name, or a timeout that must name
+    the missing ranks) send this rank's arrival notice first; the others touch nothing.
     ``Pending`` when the arrival data do not come by ``deadline``."""
-    roled = name in WITH_ROLES
-    if not (name == AUTO or (roled and isinstance(policy, str)) or (tracked and n > 1)):
-        return name, (policy if roled else None)
-    if name == AUTO and not tracked and not sampled(seq, n, nbytes):
-        return _tuning.choose(seq, synchronous_algorithm(nbytes, seq.tiers()), nbytes, n), None
+    name, policy, n = args.name, args.policy, args.n
+    nbytes, roled = args.out.count * args.out.extent, name in WITH_ROLES
+    if not (name == AUTO or (roled and isinstance(policy, str)) or (deadline and n > 1)):
+        return _decided(seq, args, name, policy if roled else None, False)
+    if name == AUTO and not deadline and not sampled(seq, n, nbytes):
+        name = _tuning.choose(seq, synchronous_algorithm(nbytes, seq.tiers()), nbytes, n)
+        return _decided(seq, args, name, None, False)
     arrivals = seq.table or seq.arrivals()
     if (yield from arrivals.arrive(deadline)) is None:
         raise Pending((), "the arrival notices of the previous call")
@@ -128,26 +112,37 @@ def roles(seq, name, policy, nbytes, n, tracked=False, deadline=0.0):
         if name == AUTO:
             model = auto_algorithm(seq.history, n, nbytes, seq.tiers(), _tuning.measures(seq))
             name = _tuning.choose(seq, model, nbytes, n)
+        straggler = None
         if name not in WITH_ROLES:
-            chosen = name, None
+            pass
         elif policy == "predict":
-            chosen = name, predict_straggler(seq.history, n)
+            straggler = predict_straggler(seq.history, n)
         elif policy != "arrival":
-            chosen = name, policy
+            straggler = policy
         else:
             straggler = yield from arrivals.straggler(deadline)
             if straggler is None:
                 raise Pending((), "the arrival of the early ranks")
-            chosen = name, straggler
         # Under a deadline the other ranks may have given up this call before this rank
         # came (they timed out waiting for it): then it runs nothing, so nothing that
         # the abandoned call left in flight is taken for its data.
         if deadline:
             seq.note_entries()
             seq.check_given_up(before=True)
-        return chosen
     finally:
         arrivals.finish()
+    return _decided(seq, args, name, straggler, True)
+
+
+def _decided(seq, args, name, straggler, tracked):
+    """The decision as ``decide`` gives it: ``name`` on this layout, and for "auto" its
+    timed run and how it chose (read once per call)."""
+    if name in ON_NODES:
+        name = for_layout(name, seq.topology, straggler)
+    if args.name != AUTO:
+        return name, straggler, tracked, False, None
+    timing, how = picked(seq)
+    return name, straggler, tracked, timing, how or "model"
 
 
 def settle(seq, deadline=0.0):

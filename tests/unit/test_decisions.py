@@ -42,7 +42,7 @@ class Table:
 
 
 def state_with(table):
-    state = SimpleNamespace(arrivals=lambda: table, tracked_seq=None, history=[], log=None,
+    state = SimpleNamespace(arrivals=lambda: table, table=None, tracked_seq=None, history=[], log=None,
                             broken=None, bindings=None, tiers=lambda: None,
                             absent_ranks_steps=lambda: immediately([2]),
                             scratch=lambda nbytes: bytearray(nbytes))
@@ -50,8 +50,10 @@ def state_with(table):
     return state
 
 
-def roles(*args, **kwargs):
-    return drive(_roles.roles(*args, **kwargs))
+def roles(state, name, policy, nbytes, n, deadline=0.0):
+    """(algorithm, straggler) that ``decide`` gives a call of these arguments."""
+    args = SimpleNamespace(name=name, policy=policy, n=n, out=SimpleNamespace(count=nbytes, extent=1))
+    return drive(_roles.decide(state, args, deadline))[:2]
 
 
 def test_predict_takes_the_rank_that_came_last_most_often():
@@ -70,9 +72,9 @@ def test_auto_takes_stragglar_only_when_the_delay_pays():
 def test_arrival_roles_come_from_the_coordinator_and_the_history_grows():
     table = Table(previous=late(3, 0.2), last=3)
     state = state_with(table)
-    assert roles(state, "stragglar", "arrival", MiB, 4, tracked=True) == ("stragglar", 3)
+    assert roles(state, "stragglar", "arrival", MiB, 4) == ("stragglar", 3)
     assert state.history == [late(3, 0.2)] and state.tracked_seq == 5 and table.finished == 1
-    assert roles(state, "stragglar", "predict", MiB, 4, tracked=True) == ("stragglar", 3)
+    assert roles(state, "stragglar", "predict", MiB, 4) == ("stragglar", 3)
 
 
 def test_a_rank_given_by_number_needs_no_arrival_data():
@@ -89,7 +91,7 @@ def test_late_notices_of_the_previous_call_raise_a_timeout_on_this_rank():
     the phase (it used to be a TypeError: a wrong call of the timeout's constructor)."""
     state = state_with(Table(stale=True))
     with pytest.raises(Pending) as caught:
-        roles(state, "stragglar", "arrival", MiB, 4, tracked=True, deadline=1.0)
+        roles(state, "stragglar", "arrival", MiB, 4, deadline=1.0)
     error = drive(_allreduce.failed(state, caught.value, 2.0))
     assert isinstance(error, StragglerTimeout)
     assert "the arrival notices of the previous call" in str(error) and error.missing == (2,)
@@ -99,7 +101,7 @@ def test_late_notices_of_the_previous_call_raise_a_timeout_on_this_rank():
 def test_the_coordinator_not_answering_is_a_timeout_too():
     state = state_with(Table(previous=late(3, 0.2), last=None))
     with pytest.raises(Pending) as caught:
-        roles(state, "stragglar", "arrival", MiB, 4, tracked=True, deadline=1.0)
+        roles(state, "stragglar", "arrival", MiB, 4, deadline=1.0)
     assert caught.value.phase == "the arrival of the early ranks"
 
 
@@ -139,7 +141,7 @@ def test_unsampled_auto_calls_across_nodes_run_the_synchronous_choice(monkeypatc
     tiers = _two_nodes((1e-6, 20e9, 5e-5, 1e9))
     prompt = Arrival(tuple(range(8)), (0.0,) * 8)
     state = SimpleNamespace(auto_calls=0, history=[prompt] * 4, next_pair=100, pair_gap=4,
-                            tiers=lambda: tiers)
+                            tiers=lambda: tiers, topology=tiers[0])
     # hring is synchronous: the pairs thin out as they do for native...
     assert not _roles.sampled(state, 8, 64 * MiB)
     # ...and a call that is not sampled runs the synchronous choice, not native

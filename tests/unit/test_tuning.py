@@ -259,21 +259,24 @@ def test_roles_asks_the_tuner_with_the_model_choice(monkeypatch):
     quiet = Arrival(tuple(range(8)), (0.0,) * 8)
     late = Arrival(tuple(range(8)), (0.0,) * 7 + (1.0,))
     tuner = Tuner(candidates(False), clock=lambda: 0.0)
-    state = SimpleNamespace(auto_calls=0, history=[quiet] * 4, next_pair=100, pair_gap=4,
+    state = SimpleNamespace(auto_calls=0, history=[quiet] * 4, next_pair=100, pair_gap=4, table=None,
                             tiers=lambda: None, tuning=tuner, log=None)
     state.arrivals = lambda: pytest.fail("an unsampled call reads no arrival table")
     first = trial_order(candidates(False), "native")
-    assert drive(_roles.roles(state, "auto", "arrival", 64 * MiB, 8)) == (first[0], None)
-    assert _tuning.picked(state) == (True, "timed")
+    assert drive(_roles.decide(state, _args("arrival"))) == (first[0], None, False, True, "timed")
     assert _tuning.picked(state)[1] is None                     # read once per call
     tuner.timing = None
     # a delay that pays: the model's straggler-aware choice is the first run of its round
     state.history = [late] * 8
     state.arrivals = lambda: _Arrivals(late)
-    assert drive(_roles.roles(state, "auto", 7, 64 * MiB, 8)) == ("stragglar", 7)
+    assert drive(_roles.decide(state, _args(7))) == ("stragglar", 7, True, True, "timed")
     assert tuner.classes[size_class(64 * MiB), "stragglar"].names == ("stragglar",) + candidates(False)
     assert tuner.classes[size_class(64 * MiB), SYNCHRONOUS].calls == 1
-    assert _tuning.picked(state) == (True, "timed")
+
+
+def _args(policy):
+    """An "auto" call's arguments of 64 MiB on 8 ranks, as ``decide`` reads them."""
+    return SimpleNamespace(name="auto", policy=policy, n=8, out=SimpleNamespace(count=64 * MiB, extent=1))
 
 
 class _Arrivals:
