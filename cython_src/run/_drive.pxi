@@ -18,7 +18,7 @@ def drive(gen):
         value, error = None, None
         try:
             if type(step) is _Wait:
-                step = Waiting(step.requests, step.until, step.any, step.probe)
+                step = Waiting(step.requests, step.until, step.need, step.probe)
             value = step.run()
         except BaseException as exc:
             error = exc

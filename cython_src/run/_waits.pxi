@@ -35,18 +35,18 @@ cdef int _poll_watch(Watch *w) noexcept nogil:
 
 
 cdef class Waiting:
-    """A wait for mpi4py requests (all of them, or any one), for a message to probe
+    """A wait for mpi4py requests (all of them, or ``need`` of them), for a message to probe
     (``probe``: (communicator, tag)) or a time, polled without the GIL; it completes
     nothing: the code that waited then completes them (Test, Wait, Mrecv)."""
     cdef Watch w
     cdef object _keep
 
-    def __cinit__(self, requests, double until=0.0, bint any=False, probe=None):
+    def __cinit__(self, requests, double until=0.0, need=None, probe=None):
         cdef int i
         reqs = list(requests)
         self._keep = (reqs, probe)
         self.w.n = len(reqs)
-        self.w.need = 1 if (any and self.w.n) else self.w.n
+        self.w.need = self.w.n if need is None else max(min(<int>need, self.w.n), 1 if self.w.n else 0)
         self.w.until, self.w.status = until, PENDING
         self.w.probe = probe is not None
         if probe is not None:

@@ -31,13 +31,13 @@ from mpi4py import MPI
 
 
 class Wait:
-    """Until ``requests`` complete (all of them, or ``any`` one), a message can be probed
-    (``probe``: (communicator, tag), from any rank) or MPI_Wtime passes ``until`` (0:
-    never); the outcome is True, or False when the time ran out first."""
-    __slots__ = ("requests", "until", "any", "probe")
+    """Until ``requests`` complete (all of them, or ``need`` of them), a message can be
+    probed (``probe``: (communicator, tag), from any rank) or MPI_Wtime passes ``until``
+    (0: never); the outcome is True, or False when the time ran out first."""
+    __slots__ = ("requests", "until", "need", "probe")
 
-    def __init__(self, requests=(), until=0.0, any=False, probe=None):
-        self.requests, self.until, self.any, self.probe = list(requests), until, any, probe
+    def __init__(self, requests=(), until=0.0, need=None, probe=None):
+        self.requests, self.until, self.need, self.probe = list(requests), until, need, probe
 
 
 def complete(requests, until=0.0, statuses=None):

@@ -175,7 +175,7 @@ class GroupTable:
     def arrive(self, deadline=0.0):
         """Generator: enter this call: send this rank's notice to its group's
         aggregators; returns how many notices of this call this rank already held."""
-        t = stamp(MPI.Wtime() - self.offset)       # this rank's time on rank 0's clock (now)
+        t = stamp(self.now())
         call = self._call(self.seq)
         call.arrived, call.mine = True, t
         call.aggregators = aggregators_of(self.groups, self._latest)

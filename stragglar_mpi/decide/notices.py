@@ -72,13 +72,13 @@ class _Notices:
             pass
         self.poll()
 
-    def next(self, until):
-        """The step that waits for the next notice (or ``until``)."""
+    def next(self, until, need=1):
+        """The step that waits for ``need`` more notices (or ``until``)."""
         live = []
         for req in self.requests:
             if req:
                 live.append(req)
-        return Wait(live, until, any=True)
+        return Wait(live, until, need)
 
     def cancel(self):
         for req in self.requests:
@@ -98,7 +98,7 @@ class NoticeTable:
         self.tags = tags.arrival(sequence, tags.NOTICE), tags.arrival(sequence, tags.DECISION)
         self.seq = 0
         self._boxes = (np.zeros((self.n, 3)), np.zeros((self.n, 3)))
-        self._current = self._notices(0)
+        self._current = _Notices(self.comm, 0, self._boxes[0], self.token, self.tags[0], self.others)
         self._before = None             # notices of the previous call, until its record is built
         self._mine = {}                 # seq -> this rank's arrival time (current and previous)
         self._previous = None
@@ -108,9 +108,6 @@ class NoticeTable:
         self.coordinator = 0
         self.place = 0
 
-    def _notices(self, seq):
-        return _Notices(self.comm, seq, self._boxes[seq % 2], self.token, self.tags[0], self.others)
-
     def now(self):
         """This rank's time on rank 0's clock."""
         return MPI.Wtime() - self.offset
@@ -119,7 +116,7 @@ class NoticeTable:
         """Generator: enter this call: send this rank's notice to every rank; returns how
         many ranks this rank knew to have arrived before it, or None if ``deadline``
         passed while the previous call's notices were still coming."""
-        t = stamp(MPI.Wtime() - self.offset)       # this rank's time on rank 0's clock (now)
+        t = stamp(self.now())
         note = np.array([self.seq, t, self.token])
         self._send(note, self.tags[0], self.others)
         self._mine[self.seq] = t
@@ -137,7 +134,7 @@ class NoticeTable:
         if before is not None:
             before.poll()
             while len(before.heard) < self.n - 1:
-                if not (yield before.next(deadline)):
+                if not (yield before.next(deadline, self.n - 1 - len(before.heard))):
                     return False
                 before.poll()
             stamps = [(self._mine.pop(self._before.seq), self.rank)]
@@ -180,8 +177,8 @@ class NoticeTable:
                     for r in self.others:
                         if r not in notices.heard:
                             last = r
-                elif not (yield notices.next(deadline)):
-                    return None
+                elif not (yield notices.next(deadline, self.n - 2 - len(notices.heard))):
+                    return None       # (waits for all it needs at once: one resume)
             decision = np.array([self.seq, last, int(self.token)], np.int64)
             self._send(decision, self.tags[1], self.others)
             return last
@@ -214,7 +211,8 @@ class NoticeTable:
         """This rank is done with the call's roles: listen for the next call's notices."""
         self._before = self._current
         self.seq += 1
-        self._current = self._notices(self.seq)
+        self._current = _Notices(self.comm, self.seq, self._boxes[self.seq % 2], self.token,
+                                 self.tags[0], self.others)
         in_flight = []
         for sent in self._sends:
             if not sent[0].Test():

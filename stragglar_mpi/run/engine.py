@@ -47,7 +47,7 @@ class Operation:
             return self._end(DONE, exc, None)
         finally:
             _config.pin(before)
-        self.step = _interpreter.Waiting(step.requests, step.until, step.any, step.probe) \
+        self.step = _interpreter.Waiting(step.requests, step.until, step.need, step.probe) \
             if isinstance(step, Wait) else step
         return True
 

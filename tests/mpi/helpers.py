@@ -12,7 +12,7 @@ from mpi4py import MPI
 
 from stragglar_mpi import configure
 from stragglar_mpi.call.allreduce import state_of
-from stragglar_mpi.core.steps import drive
+from stragglar_mpi.run._interpreter import drive
 from stragglar_mpi.decide import clock
 from stragglar_mpi.decide.arrival import coordinator
 

@@ -28,7 +28,7 @@ from mpi4py import MPI
 
 from stragglar_mpi import Allreduce, StragglerTimeout, configure, stats
 from stragglar_mpi.call.allreduce import state_of
-from stragglar_mpi.core.steps import drive
+from stragglar_mpi.run._interpreter import drive
 
 
 def late_part(world, args):
