@@ -5,10 +5,17 @@
   one boolean chunk x rank matrix; a round costs a few vector operations per unfinished
   chunk while many receivers are free, then one sparse pass over the chunks that are
   nearly everywhere (most of them: a chunk's last copies trail behind for a few rounds).
+- ``NumpyCopyRounds``: the round check of verify.CopyRounds on NumPy, which the compiled
+  checker (cython_src/schedule/_checker.pyx) must match verdict for verdict and word for word.
+- ``check_stragglar_copies``: the package's checker run to the end on rounds given as
+  (src, dst, chunk) columns.
 """
 from __future__ import annotations
 
 import numpy as np
+
+from stragglar_mpi.schedule import ScheduleError
+from stragglar_mpi.schedule.verify import CopyRounds
 
 #: Below this many free receivers the rest of a round runs on the sparse lists.
 _SPARSE = 128
@@ -153,3 +160,68 @@ class _Picks:
             return _NONE
         return tuple(np.concatenate(col) for col in zip(*self.arrays))
 
+
+def check_stragglar_copies(n: int, rounds) -> int:
+    """Check a StragglAR schedule given as copy columns per round with the package's
+    checker (``verify.CopyRounds``); its rounds."""
+    state = CopyRounds(n)
+    for src, dst, chunk in rounds:
+        state.check_round(src, dst, chunk)
+    state.finish()
+    return state.rounds
+
+
+class NumpyCopyRounds:
+    """``verify.CopyRounds`` on NumPy: ``holds[rank, chunk]``, holds chunk c reduced over
+    all n ranks; each round checked against the state at its start, then applied."""
+
+    def __init__(self, n: int):
+        self.n, self.m, self.rounds = n, n - 1, 0
+        self.holds = np.zeros((n, max(n - 1, 1)), dtype=bool)
+
+    def check_round(self, src, dst, chunk) -> None:
+        if not len(src) == len(dst) == len(chunk):
+            raise ScheduleError(f"round {self.rounds}: copy columns of different lengths")
+        t = self.rounds
+        _check_copy_round(t, self.n, self.holds, src, dst, chunk)
+        self.holds[dst, chunk] = True
+        if t < self.m:
+            self.holds[t, t] = self.holds[self.m, t] = True
+        self.rounds += 1
+
+    def check_block(self, block) -> None:
+        if block.first != self.rounds:
+            raise ScheduleError(f"round {block.first} comes after round {self.rounds - 1}")
+        for cols in block.rounds():
+            self.check_round(*cols)
+
+    def finish(self) -> None:
+        m = self.m
+        if self.rounds < m:
+            raise ScheduleError(f"{self.rounds} rounds cannot hold the exchanges of {m} chunks")
+        if m and not self.holds.all():
+            rank, chunk = np.argwhere(~self.holds)[0]
+            raise ScheduleError(f"after the last round rank {rank} lacks chunk {chunk}")
+
+
+def _check_copy_round(t, n, holds, src, dst, chunk) -> None:
+    m = n - 1
+    if not len(src):
+        return
+    if (min(src.min(), dst.min(), chunk.min()) < 0 or max(src.max(), dst.max()) > m
+            or chunk.max() >= m):
+        raise ScheduleError(f"round {t}: a copy is out of range (n={n})")
+    busy = [t, m] if t < m else []
+    for name, side in (("sends", src), ("receives", dst)):
+        seen = np.bincount(side, minlength=n)
+        seen[busy] += 1
+        if seen.max() > 1:
+            rank = int(seen.argmax())
+            raise ScheduleError(f"round {t}: rank {rank} {name} more than once (one-port rule)")
+    if (src == dst).any():
+        raise ScheduleError(f"round {t}: a rank copies to itself")
+    held = holds[src, chunk]
+    if not held.all():
+        i = int(np.argmin(held))
+        raise ScheduleError(f"round {t}: rank {src[i]} copies chunk {chunk[i]} to rank "
+                            f"{dst[i]} but does not hold it fully reduced")
