@@ -2,8 +2,6 @@
 mpiexec run): no library thread is left inside MPI, so MPI_Finalize does not crash."""
 import sys
 
-import pytest
-
 import launcher
 
 SCRIPT = '''

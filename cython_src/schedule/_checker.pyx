@@ -1,20 +1,23 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
-"""The round checker of stragglar_mpi/schedule/verify.py (``_check_copy_round``) in C.
+"""The round checker of stragglar_mpi/schedule/verify.py (``CopyRounds``).
 
 It checks StragglAR copy rounds given as (src, dst, chunk) columns, a block of rounds
-per call, on the one-bit state of ``verify.checked_copy_rounds`` ("rank r holds chunk c
+per call, on the one-bit state of ``verify.CopyRounds`` ("rank r holds chunk c
 reduced over all n ranks"; the proof is there), kept as bits chunk by chunk (``bits[c]``:
 the ranks holding chunk c; n/8 bytes a chunk): a round's copies come grouped by chunk,
 so they touch a few short rows, not the whole state.  A round passes if every
 copy is in range, no rank sends or receives twice (the pair exchanging chunk t in
 round t < n-1 counts as busy), nobody copies to itself, and every sender holds its chunk
-at the start of the round; then its copies and its exchange are applied.  At the first
-round that fails, the call stops with the state as it was before that round, so the
-NumPy check can run that round again and name the fault in its own words.
+at the start of the round; then its copies and its exchange are applied.  The first
+round that fails raises ``ScheduleError`` naming its fault, the state left as it was
+before that round (tests/unit/oracles.py holds the NumPy check it is tested against,
+word for word).
 """
 from libc.stdint cimport int64_t, uint64_t
 
 import numpy as np
+
+from .model import ScheduleError
 
 
 cdef class CopyChecker:
@@ -46,8 +49,8 @@ cdef class CopyChecker:
     def check(self, int64_t first, const int64_t[::1] starts, const int64_t[::1] src,
               const int64_t[::1] dst, const int64_t[::1] chunk):
         """Check and apply rounds ``first``, ``first + 1``, ...: round ``first + k`` is
-        the copies ``starts[k]:starts[k + 1]``.  -1 if all pass, else the k of the first
-        that does not (it and the rounds after it are not applied)."""
+        the copies ``starts[k]:starts[k + 1]``.  Raises ``ScheduleError`` naming the fault
+        of the first round that does not pass (it and the rounds after it are not applied)."""
         cdef Py_ssize_t k, rounds = starts.shape[0] - 1
         if first < 0 or rounds < 0 or src.shape[0] != dst.shape[0] or src.shape[0] != chunk.shape[0]:
             raise ValueError("malformed block of copy rounds")
@@ -58,8 +61,9 @@ cdef class CopyChecker:
                 raise ValueError("the block's starts are not ascending")
             if not self._round(first + k, &src[0] if src.shape[0] else NULL, &dst[0] if dst.shape[0] else NULL,
                                &chunk[0] if chunk.shape[0] else NULL, starts[k], starts[k + 1]):
-                return k
-        return -1
+                lo, hi = starts[k], starts[k + 1]
+                raise ScheduleError(self._fault(first + k, np.asarray(src[lo:hi]),
+                                                np.asarray(dst[lo:hi]), np.asarray(chunk[lo:hi])))
 
     cdef bint _round(self, int64_t t, const int64_t *src, const int64_t *dst,
                      const int64_t *chunk, int64_t lo, int64_t hi) noexcept:
@@ -91,6 +95,28 @@ cdef class CopyChecker:
             if not _has(&self.bits[c, 0], s):
                 return False
         return True
+
+    def _fault(self, int64_t t, src, dst, chunk):
+        """What is wrong with round ``t``, in the order of the rules: a copy out of range,
+        a rank that sends or receives twice (the lowest of those most often busy), a copy
+        to oneself, the first copy of a chunk its sender does not hold."""
+        n, m = self.n, self.m
+        if (min(src.min(), dst.min(), chunk.min()) < 0 or max(src.max(), dst.max()) > m
+                or chunk.max() >= m):
+            return f"round {t}: a copy is out of range (n={n})"
+        for name, side in (("sends", src), ("receives", dst)):
+            seen = np.bincount(side, minlength=n)
+            if t < m:
+                seen[[t, m]] += 1
+            if seen.max() > 1:
+                return f"round {t}: rank {int(seen.argmax())} {name} more than once (one-port rule)"
+        if (src == dst).any():
+            return f"round {t}: a rank copies to itself"
+        for s, d, c in zip(src.tolist(), dst.tolist(), chunk.tolist()):
+            if not _has(&self.bits[c, 0], s):
+                return (f"round {t}: rank {s} copies chunk {c} to rank {d} but does not hold "
+                        "it fully reduced")
+        return f"round {t}: refused"     # pragma: no cover  (_valid and the rules above agree)
 
     cdef inline void _give(self, int64_t rank, int64_t c) noexcept:
         cdef uint64_t *word = &self.bits[c, rank >> 6]

@@ -1,13 +1,12 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
-"""The NumPy greedy of stragglar_mpi/schedule/greedy.py, round after round in C.
+"""The greedy of stragglar_mpi/schedule/greedy.py, round after round in C.
 
-Every rank of a job computes the schedule on its own, with or without this module,
-so it must give exactly the copies of ``greedy.numpy_copy_rounds``, in the same order:
-the same random stream (each round's ``rng.permutation``, drawn here from the same
-generator by NumPy's own algorithm, or passed in) and the same rule (newest unfinished
-chunk first; its free receivers lacking it in receiver order, paired with the first
-free senders holding it in sender order; the straggler once as an extra sender when
-senders run short).
+Every rank of a job computes the schedule on its own and must get the same copies, in
+the same order: those of the NumPy greedy kept in tests/unit/oracles.py, from the same
+random stream (each round's ``rng.permutation``, drawn here from the same generator by
+NumPy's own algorithm) and the same rule (newest unfinished chunk first; its free
+receivers lacking it in receiver order, paired with the first free senders holding it
+in sender order; the straggler once as an extra sender when senders run short).
 
 State: which ranks hold each chunk as bits (``bits[c]``, m/64 words: 2 MiB at n=4096),
 so a chunk's free holders and free lacking ranks are a few word operations and their
@@ -109,28 +108,6 @@ cdef class Greedy:
         self.send = _side(&self.ranks[4, 0], &self.ranks[5, 0], &self.ranks[6, 0], &self.ranks[7, 0],
                           &self.sets[2, 0], &self.sets[3, 0])
 
-    @property
-    def unfinished_chunks(self) -> int:
-        return self.n_active
-
-    def step(self, int t, shuffled):
-        """Round ``t``'s copies as (src, dst, chunk) int64 arrays, then apply them.
-
-        ``shuffled`` is the round's ``rng.permutation(m)`` (ties in that order); None
-        when no chunk is unfinished (then no permutation is drawn and there are no copies)."""
-        cdef int picks = 0
-        if t < 0:
-            raise ValueError(f"round {t} is negative")
-        out = np.zeros((3, self.m + 1), np.int64)
-        if self.n_active:
-            order = np.ascontiguousarray(shuffled, dtype=np.int64)
-            if order.shape != (self.m,) or not self._is_permutation(order):
-                raise ValueError(f"not a permutation of {self.m} ranks")
-            np.asarray(self.shuffled)[:self.m] = order
-            picks = self._round(t, out[0], out[1], out[2])
-        self._apply(t, out[1], out[2], picks)
-        return tuple(np.array(col[:picks]) for col in out)
-
     def block(self, int t, int rounds, rng):
         """Rounds ``t``, ``t + 1``, ... as (starts, src, dst, chunk) int64 arrays: round
         t + k is the copies starts[k]:starts[k + 1].  Each round with an unfinished chunk
@@ -159,16 +136,6 @@ cdef class Greedy:
                 total += picks
                 at[k + 1] = total
         return starts, out[0, :total], out[1, :total], out[2, :total]
-
-    cdef bint _is_permutation(self, int64_t[::1] order):
-        cdef int i
-        cdef int64_t *seen = &self.hist_r[0]
-        memset(seen, 0, self.m * sizeof(int64_t))
-        for i in range(self.m):
-            if not 0 <= order[i] < self.m or seen[order[i]]:
-                return False
-            seen[order[i]] = 1
-        return True
 
     cdef int _round(self, int t, int64_t[::1] src, int64_t[::1] dst, int64_t[::1] chunk) noexcept:
         """Choose round ``t``'s copies (with ``self.shuffled`` for ties) into the columns;
@@ -389,7 +356,7 @@ cdef inline int64_t _compact(int64_t *ranks, int64_t length, const uint64_t *fre
 
 def permutations(rng, int64_t m, int count):
     """``count`` permutations of ``m`` drawn from ``rng`` as the greedy draws them: the
-    numbers of ``count`` calls of ``rng.permutation(m)`` (greedy.py checks that once)."""
+    numbers of ``count`` calls of ``rng.permutation(m)`` (tests/unit/test_greedy.py)."""
     bit_generator = rng.bit_generator
     cdef greedy_bitgen_t *bitgen = <greedy_bitgen_t *> PyCapsule_GetPointer(
         bit_generator.capsule, "BitGenerator")

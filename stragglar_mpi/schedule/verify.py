@@ -11,7 +11,7 @@ and must end with ``owners[c]`` holding chunk c reduced over every rank but the
 straggler, which takes no part in it.
 
 StragglAR whose only reductions are the exchanges with the straggler needs one bit
-per (rank, chunk) instead of a set (``_verify_stragglar``, and ``checked_copy_rounds``
+per (rank, chunk) instead of a set (``_verify_stragglar``, and ``CopyRounds``, compiled,
 for schedules given as NumPy columns): n^2 bits instead of n^3, the same proof.
 """
 from __future__ import annotations
@@ -24,8 +24,7 @@ from .model import CopyBlock, Schedule, ScheduleError, Transfer, gc_paused
 
 from . import _checker
 
-__all__ = ["verify", "check_stragglar_blocks", "check_stragglar_copies", "checked_copy_blocks",
-           "checked_copy_rounds", "CopyRounds"]
+__all__ = ["verify", "check_stragglar_blocks", "checked_copy_blocks", "CopyRounds"]
 
 def verify(schedule: Schedule) -> Schedule:
     """Return ``schedule`` if it implements AllReduce, else raise ``ScheduleError``."""
@@ -57,7 +56,7 @@ def _verify(schedule: Schedule) -> Schedule:
 def _verify_stragglar(s: Schedule) -> bool:
     """StragglAR whose only reductions are the exchanges (round r: early rank r and the
     straggler, chunk r): one bit per (rank, chunk), "holds the full sum", proves what
-    the contribution sets prove (see ``checked_copy_rounds``) in n^2 bits instead of
+    the contribution sets prove (see ``CopyRounds``) in n^2 bits instead of
     n^3.  False (nothing checked) for any other shape of reductions: the contribution
     sets then run and name what is counted twice or missing."""
     if not _exchanges_only(s):
@@ -273,19 +272,9 @@ def _ranks(mask: int, limit: int = 8) -> str:
     return f"[{shown}{', ...' if len(ranks) > limit else ''}]"
 
 
-def check_stragglar_copies(n: int, rounds) -> int:
-    """Check a StragglAR schedule given as copy columns per round (NumPy); its rounds.
-
-    See ``checked_copy_rounds``, which this runs to the end.
-    """
-    count = 0
-    for _ in checked_copy_rounds(n, rounds):
-        count += 1
-    return count
-
-
 def check_stragglar_blocks(n: int, blocks) -> int:
-    """``check_stragglar_copies`` for rounds given as ``CopyBlock``s; the rounds."""
+    """Check a StragglAR schedule given as ``CopyBlock``s (``checked_copy_blocks`` to the
+    end); its rounds."""
     state = CopyRounds(n)
     for block in blocks:
         state.check_block(block)
@@ -293,14 +282,25 @@ def check_stragglar_blocks(n: int, blocks) -> int:
     return state.rounds
 
 
-def checked_copy_rounds(n: int, rounds):
-    """Yield each round of ``rounds`` once it is checked; raise ``ScheduleError`` at the
-    first fault, or after the last round if some rank lacks some chunk.
+def checked_copy_blocks(n: int, blocks):
+    """Yield each ``CopyBlock`` (a block of rounds per item, as the greedy makes them) once
+    all its rounds are checked (``CopyRounds``); raise ``ScheduleError`` at the first
+    fault, or after the last round if some rank lacks some chunk."""
+    state = CopyRounds(n)
+    for block in blocks:
+        state.check_block(block)
+        yield block
+    state.finish()
 
-    ``rounds`` yields (src, dst, chunk) int arrays per round; round t < n-1
-    implicitly also holds the exchange of chunk t between early rank t and the
-    straggler n-1 (both reduce, so both then hold chunk t fully reduced, phase 1
-    having left chunk t reduced over the early ranks at rank t).
+
+class CopyRounds:
+    """StragglAR copy rounds, checked in order by the compiled checker (``_checker``) on one
+    bit per (rank, chunk): "holds chunk c reduced over all n ranks".
+
+    Rounds come as (src, dst, chunk) int columns; round t < n-1 implicitly also holds the
+    exchange of chunk t between early rank t and the straggler n-1 (both reduce, so both
+    then hold chunk t fully reduced, phase 1 having left chunk t reduced over the early
+    ranks at rank t).  Each round is checked against the state at its start, then applied.
 
     Why booleans suffice (the same proof as the contribution sets of ``verify``):
     the exchanges are the only reductions, so a (rank, chunk) that no exchange or copy
@@ -311,45 +311,17 @@ def checked_copy_rounds(n: int, rounds):
     full sum makes another.  So "holds chunk c reduced over all n ranks" is one bit.
     Checks the one-port rule (the exchanging pair does nothing else), that every copy
     carries a chunk its sender holds fully reduced, and that everyone holds everything
-    at the end.  A round costs a few vector operations (NumPy), or a pass over its
-    copies where the compiled checker is built (``_checker``: the same verdicts).
+    at the end (``finish``).
     """
-    state = CopyRounds(n)
-    for src, dst, chunk in rounds:
-        state.check_round(src, dst, chunk)
-        yield src, dst, chunk
-    state.finish()
 
-
-def checked_copy_blocks(n: int, blocks):
-    """``checked_copy_rounds`` for rounds given as ``CopyBlock``s (a block of rounds per
-    item, as the greedy makes them): yield each block once all its rounds are checked."""
-    state = CopyRounds(n)
-    for block in blocks:
-        state.check_block(block)
-        yield block
-    state.finish()
-
-
-class CopyRounds:
-    """The one-bit state of ``checked_copy_rounds``, pushed through rounds in order.
-
-    Each round is checked against the state at its start, then applied (its copies and
-    its exchange).  The compiled checker (``_checker``, when built) runs the rounds on
-    bits of its own; at a round it refuses, the NumPy check runs that round on the same
-    state (``holds[rank, chunk]``: holds chunk c reduced over all n ranks) and names the
-    fault.  Without it, the NumPy check runs every round."""
-
-    def __init__(self, n: int, compiled: bool = True):
-        import numpy as np
+    def __init__(self, n: int):
         self.n, self.m, self.rounds = n, n - 1, 0
-        self.fast = _checker.CopyChecker(n) if compiled and _checker else None
-        self._holds = None if self.fast else np.zeros((n, max(n - 1, 1)), dtype=bool)
+        self.checker = _checker.CopyChecker(n)
 
     @property
     def holds(self):
         """holds[rank, chunk] after the rounds checked so far (NumPy booleans)."""
-        return self.fast.holds() if self.fast else self._holds
+        return self.checker.holds()
 
     def check_round(self, src, dst, chunk) -> None:
         if not len(src) == len(dst) == len(chunk):
@@ -359,26 +331,8 @@ class CopyRounds:
     def check_block(self, block) -> None:
         if block.first != self.rounds:
             raise ScheduleError(f"round {block.first} comes after round {self.rounds - 1}")
-        if self.fast is None:
-            for t, (src, dst, chunk) in enumerate(block.rounds(), block.first):
-                self._numpy_round(t, src, dst, chunk)
-        else:
-            self._compiled_block(block)
+        self.checker.check(block.first, *block.int64_columns())
         self.rounds = block.first + block.count
-
-    def _compiled_block(self, block) -> None:
-        bad = self.fast.check(block.first, *block.int64_columns())
-        if bad >= 0:
-            t = block.first + bad
-            _check_copy_round(t, self.n, self.holds, *block.round(bad))
-            raise ScheduleError(f"round {t}: refused by the compiled checker")  # pragma: no cover
-
-    def _numpy_round(self, t, src, dst, chunk) -> None:
-        holds = self._holds
-        _check_copy_round(t, self.n, holds, src, dst, chunk)
-        holds[dst, chunk] = True
-        if t < self.m:
-            holds[t, t] = holds[self.m, t] = True
 
     def finish(self) -> None:
         """Raise unless the rounds hold every exchange and everyone holds everything."""
@@ -386,33 +340,6 @@ class CopyRounds:
         m = self.m
         if self.rounds < m:
             raise ScheduleError(f"{self.rounds} rounds cannot hold the exchanges of {m} chunks")
-        complete = self.fast.cells_held == self.n * m if self.fast else self._holds.all()
-        if m and not complete:
+        if m and self.checker.cells_held != self.n * m:
             rank, chunk = np.argwhere(~self.holds)[0]
             raise ScheduleError(f"after the last round rank {rank} lacks chunk {chunk}")
-
-
-def _check_copy_round(t, n, holds, src, dst, chunk) -> None:
-    import numpy as np
-    m = n - 1
-    if not len(src):
-        return
-    if not len(src) == len(dst) == len(chunk):
-        raise ScheduleError(f"round {t}: copy columns of different lengths")
-    if (min(src.min(), dst.min(), chunk.min()) < 0 or max(src.max(), dst.max()) > m
-            or chunk.max() >= m):
-        raise ScheduleError(f"round {t}: a copy is out of range (n={n})")
-    busy = [t, m] if t < m else []
-    for name, side in (("sends", src), ("receives", dst)):
-        seen = np.bincount(side, minlength=n)
-        seen[busy] += 1
-        if seen.max() > 1:
-            rank = int(seen.argmax())
-            raise ScheduleError(f"round {t}: rank {rank} {name} more than once (one-port rule)")
-    if (src == dst).any():
-        raise ScheduleError(f"round {t}: a rank copies to itself")
-    held = holds[src, chunk]
-    if not held.all():
-        i = int(np.argmin(held))
-        raise ScheduleError(f"round {t}: rank {src[i]} copies chunk {chunk[i]} to rank "
-                            f"{dst[i]} but does not hold it fully reduced")

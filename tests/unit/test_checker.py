@@ -1,20 +1,19 @@
-"""The compiled round checker (cython_src/schedule/_checker.pyx) against the NumPy one.
+"""The compiled round checker (cython_src/schedule/_checker.pyx, behind verify.CopyRounds)
+against its NumPy oracle (oracles.py).
 
-Both run the one-bit proof of ``verify.checked_copy_rounds``; the compiled one only
-finds the first refused round, and the NumPy check names the fault there, so both must
-accept the same schedules and refuse broken ones with the same words.
+Both run the one-bit proof of ``verify.CopyRounds``, so both must accept the same
+schedules and refuse broken ones with the same words.
 """
-import importlib
-
 import numpy as np
 import pytest
 
+from oracles import NumpyCopyRounds
 from stragglar_mpi.schedule import ScheduleError
 from stragglar_mpi.schedule.model import CopyBlock
 from stragglar_mpi.schedule.stragglar import copy_columns
+from stragglar_mpi.schedule.verify import CopyRounds
 
-verify = importlib.import_module("stragglar_mpi.schedule.verify")
-compiled = pytest.mark.skipif(verify._checker is None, reason="the compiled checker is not built")
+CHECKERS = {True: CopyRounds, False: NumpyCopyRounds}     # compiled, or the oracle
 
 
 def _rounds(n):
@@ -22,7 +21,7 @@ def _rounds(n):
 
 
 def _verdict(n, rounds, compiled_checker):
-    state = verify.CopyRounds(n, compiled_checker)
+    state = CHECKERS[compiled_checker](n)
     try:
         for cols in rounds:
             state.check_round(*cols)
@@ -51,14 +50,12 @@ EDITS = {
 }
 
 
-@compiled
 @pytest.mark.parametrize("n", [3, 5, 6, 8, 16, 33, 100, 300])
 def test_both_checkers_accept_the_canonical_schedule(n):
     rounds = _rounds(n)
     assert _verdict(n, rounds, True) == _verdict(n, rounds, False) == len(rounds)
 
 
-@compiled
 @pytest.mark.parametrize("n", [8, 33, 300])
 @pytest.mark.parametrize("edit", sorted(EDITS))
 def test_both_checkers_refuse_a_broken_round_with_the_same_words(n, edit):
@@ -73,7 +70,6 @@ def test_both_checkers_refuse_a_broken_round_with_the_same_words(n, edit):
         assert ours == _verdict(n, broken, False)
 
 
-@compiled
 def test_both_checkers_refuse_a_missing_last_round_and_too_few_rounds():
     rounds = _rounds(300)
     for broken in (rounds[:-1], rounds[:200], rounds[:-1] + [tuple(np.zeros(0, np.int64) for _ in range(3))]):
@@ -85,14 +81,14 @@ def test_both_checkers_refuse_a_missing_last_round_and_too_few_rounds():
 def test_blocks_are_checked_like_rounds(compiled_checker):
     rounds = _rounds(300)
     for size in (1, 7, 64):
-        state = verify.CopyRounds(300, compiled_checker)
+        state = CHECKERS[compiled_checker](300)
         for block in _blocks(rounds, size):
             state.check_block(block)
         state.finish()
         assert state.rounds == len(rounds)
     broken = list(rounds)
     broken[100] = EDITS["other chunk"](*rounds[100], 3)
-    state = verify.CopyRounds(300, compiled_checker)
+    state = CHECKERS[compiled_checker](300)
     with pytest.raises(ScheduleError, match="round 100: rank .* does not hold it fully reduced"):
         for block in _blocks(broken, 64):
             state.check_block(block)
@@ -100,7 +96,7 @@ def test_blocks_are_checked_like_rounds(compiled_checker):
 
 def test_a_block_must_follow_the_last_round_checked():
     rounds = _rounds(33)
-    state = verify.CopyRounds(33)
+    state = CopyRounds(33)
     blocks = list(_blocks(rounds, 4))
     state.check_block(blocks[0])
     with pytest.raises(ScheduleError, match="round 8 comes after round 3"):
@@ -108,6 +104,6 @@ def test_a_block_must_follow_the_last_round_checked():
 
 
 def test_columns_of_different_lengths_are_refused():
-    state = verify.CopyRounds(8)
+    state = CopyRounds(8)
     with pytest.raises(ScheduleError, match="round 0: copy columns of different lengths"):
         state.check_round(np.array([1]), np.array([2, 3]), np.array([0]))

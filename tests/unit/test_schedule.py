@@ -328,13 +328,13 @@ def _field_broken(n, r, edit):
     (6, lambda s, d, c: (s, np.r_[d[1], d[1:]], c), "receives more than once"),
 ])
 def test_field_verifier_rejects_broken_rounds(r, edit, message):
-    from stragglar_mpi.schedule.verify import check_stragglar_copies
+    from oracles import check_stragglar_copies
     with pytest.raises(ScheduleError, match=message):
         check_stragglar_copies(16, _field_broken(16, r, edit))
 
 
 def test_field_verifier_rejects_a_copy_of_an_unheld_chunk():
-    from stragglar_mpi.schedule.verify import check_stragglar_copies
+    from oracles import check_stragglar_copies
     with pytest.raises(ScheduleError, match="does not hold it"):
         check_stragglar_copies(8, _field_broken(8, 2, lambda s, d, c: (s, d, c + 1)))
 
@@ -436,7 +436,7 @@ def _broken_columns(n, r, edit):
     (lambda s, d, c: (s, np.r_[299, d[1:]], c), "receives more than once|out of range"),
 ])
 def test_round_checker_rejects_broken_greedy_rounds(edit, message):
-    from stragglar_mpi.schedule.verify import check_stragglar_copies
+    from oracles import check_stragglar_copies
     rounds = _copy_columns(300)
     last = len(rounds) - 1
     r = 150 if "lacks" not in message else last
@@ -445,7 +445,7 @@ def test_round_checker_rejects_broken_greedy_rounds(edit, message):
 
 
 def test_round_checker_rejects_a_copy_of_a_chunk_before_its_exchange():
-    from stragglar_mpi.schedule.verify import check_stragglar_copies
+    from oracles import check_stragglar_copies
     rounds = _copy_columns(300)
     s, d, c = rounds[150]
     rounds[150] = (s, d, np.r_[200, c[1:]])     # chunk 200 is exchanged in round 200
@@ -454,7 +454,7 @@ def test_round_checker_rejects_a_copy_of_a_chunk_before_its_exchange():
 
 
 def test_round_checker_rejects_too_few_rounds():
-    from stragglar_mpi.schedule.verify import check_stragglar_copies
+    from oracles import check_stragglar_copies
     with pytest.raises(ScheduleError, match="cannot hold the exchanges"):
         check_stragglar_copies(300, _copy_columns(300)[:200])
 
