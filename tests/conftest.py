@@ -2,7 +2,7 @@
 
 unit/  : pure Python, no MPI processes.
 mpi/   : test bodies that run on every rank under ``mpiexec -n N``; launched by
-         test_mpi.py for several N and both transports.  They are collected only
+         test_mpi.py for several N.  They are collected only
          inside such a launch (SMPI_TEST_IN_MPIEXEC=1).
 ddp/   : the same for the PyTorch DDP hook (stragglar_mpi/torch.py), launched by
          test_torch.py; skipped where torch is not installed.

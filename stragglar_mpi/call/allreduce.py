@@ -41,7 +41,7 @@ def call(comm, sendbuf, recvbuf, op, straggler, algorithm):
             MPI.Comm.Allreduce(comm, MPI.IN_PLACE if sendbuf is None else sendbuf, recvbuf, op)
             return None
         state, args = bind(comm, (sendbuf, recvbuf, op, straggler, algorithm), settings, deadline)
-        drive(steps(comm, state, args, (settings, t_call, deadline), state.blocking))
+        drive(steps(comm, state, args, t_call, deadline, state.blocking))
     except (Pending, Mismatch) as exc:
         raise drive(failed(peek(comm), exc, settings.timeout)) from None
     return None if settings.validate else args
@@ -52,7 +52,7 @@ def repeat(comm, state, args, settings):
     t_call = MPI.Wtime()
     deadline = t_call + settings.timeout if settings.timeout else 0.0
     try:
-        drive(steps(comm, state, args, (settings, t_call, deadline), state.blocking))
+        drive(steps(comm, state, args, t_call, deadline, state.blocking))
     except (Pending, Mismatch) as exc:
         raise drive(failed(state, exc, settings.timeout)) from None
 
@@ -80,11 +80,10 @@ def bind(comm, given, settings, deadline):
     return state, drive(same_everywhere(state, checked, deadline, state.blocking))
 
 
-def steps(comm, seq, args, when, turn):
+def steps(comm, seq, args, t_call, deadline, turn):
     """Generator: the call after bind, in the sequence ``seq``: decide, run, record; its
-    value is the call's ``CallRecord``.  ``when``: (settings, the call's start, its
-    deadline); ``turn``: its place among the collectives on the private duplicate."""
-    settings, t_call, deadline = when
+    value is the call's ``CallRecord``.  ``t_call``: when it was called, ``deadline``: an
+    MPI_Wtime or 0.0; ``turn``: its place among the collectives on the private duplicate."""
     if seq.owner.broken:
         raise RuntimeError(f"stragglar_mpi: this communicator is unusable after: {seq.owner.broken}")
     try:

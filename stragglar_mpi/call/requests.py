@@ -155,7 +155,7 @@ class _Spec:
                 checked = lambda: check(comm, *self.given, settings)  # noqa: E731
                 args = (yield from same_everywhere(lane, checked, deadline, turn)) \
                     if settings.validate else checked()
-            return (yield from _allreduce.steps(comm, lane, args, (settings, t_call, deadline), turn))
+            return (yield from _allreduce.steps(comm, lane, args, t_call, deadline, turn))
         except (Pending, Mismatch) as exc:
             raise (yield from _allreduce.failed(lane, exc, settings.timeout)) from None
         finally:

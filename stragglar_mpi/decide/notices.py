@@ -49,28 +49,25 @@ class _Notices:
         self.heard = {}      # rank -> arrival time
 
     def poll(self):
-        """Take in the notices that came since the last poll (one MPI_Testsome); return their ranks."""
-        if len(self.heard) == len(self.ranks):
-            return []
+        """Take in every notice already here; return the ranks of those new since the last
+        poll.  MPI_Testsome until a pass brings nothing new: one test may move only part
+        of what waits in a socket."""
         new = []
-        for i in MPI.Request.Testsome(self.requests) or ():
-            r = self.ranks[i]
-            if self.box[r, 2] != self.token:      # left over from a freed duplicate: not ours
-                self.requests[i] = self.comm.Irecv(self.box[r], r, self.tag)
-                continue
-            new.append(r)
-            if int(self.box[r, 0]) != self.seq:
-                raise RuntimeError(f"arrival notice of call {int(self.box[r, 0])} from rank {r} in call "
-                                   f"{self.seq}: ranks called Allreduce in different sequences")
-            self.heard[r] = float(self.box[r, 1])
+        while len(self.heard) < len(self.ranks):
+            done = MPI.Request.Testsome(self.requests)
+            if not done:
+                break
+            for i in done:
+                r = self.ranks[i]
+                if self.box[r, 2] != self.token:      # left over from a freed duplicate: not ours
+                    self.requests[i] = self.comm.Irecv(self.box[r], r, self.tag)
+                    continue
+                new.append(r)
+                if int(self.box[r, 0]) != self.seq:
+                    raise RuntimeError(f"arrival notice of call {int(self.box[r, 0])} from rank {r} in call "
+                                       f"{self.seq}: ranks called Allreduce in different sequences")
+                self.heard[r] = float(self.box[r, 1])
         return new
-
-    def drain(self):
-        """Take in every notice already here: poll until a pass brings nothing new (one
-        test may move only part of what waits in a socket)."""
-        while len(self.heard) < len(self.ranks) and self.poll():
-            pass
-        self.poll()
 
     def next(self, until, need=1):
         """The step that waits for ``need`` more notices (or ``until``)."""
@@ -123,7 +120,7 @@ class NoticeTable:
         if (yield from self.record_before(deadline)) is False:
             return None
         self.coordinator = coordinator(self._previous, self.n)
-        self._current.drain()
+        self._current.poll()
         self.place = len(self._current.heard)
         return self.place
 
@@ -203,7 +200,7 @@ class NoticeTable:
         notices = self._before if self._before is not None and seq == self._before.seq else self._current
         if notices.seq != seq:
             return []
-        notices.drain()
+        notices.poll()
         return [r for r in range(self.n) if r != self.rank and r not in notices.heard]
         yield  # pragma: no cover
 
