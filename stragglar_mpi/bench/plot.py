@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import json
 import sys
-from ..schedule.algorithms import DIRECT, NATIVE, RHD, RING, STRAGGLAR
+from ..schedule.algorithms import AUTO, DIRECT, NATIVE, RHD, RING, STRAGGLAR
 
-_STYLE = {STRAGGLAR: ("C3", "o"), "auto": ("C1", "x"), RING: ("C0", "s"), RHD: ("C2", "^"),
+_STYLE = {STRAGGLAR: ("C3", "o"), AUTO: ("C1", "x"), RING: ("C0", "s"), RHD: ("C2", "^"),
           DIRECT: ("C4", "v"), "bound": ("k", "")}
 
 

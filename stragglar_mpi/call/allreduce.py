@@ -31,7 +31,7 @@ from ..decide.algorithm import for_layout
 from ..memory.buffers import Message
 from ..run import transport as _transport
 from ..run.execute import execute
-from ..schedule.algorithms import NATIVE
+from ..schedule.algorithms import AUTO, NATIVE
 from .record import CallRecord, record
 from .report import log_of
 
@@ -140,7 +140,7 @@ def steps(comm, seq, args, settings, t_call, deadline, turn):
     if timed:
         yield from _tuning.timed(seq, t_call, deadline, turn)
     t_end = MPI.Wtime()
-    how = (how or "model") if args.name == "auto" else None
+    how = (how or "model") if args.name == AUTO else None
     rec = CallRecord(name, straggler, args.policy, t_call, t_p1 or t_call, first, t_end,
                      transport, args.route, sent, how)
     record(seq.owner, rec)

@@ -5,7 +5,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from ..core.state import peek
-from ..schedule.algorithms import NATIVE, has_roles
+from ..schedule.algorithms import AUTO, NATIVE, has_roles
 
 
 @dataclass(frozen=True)
@@ -35,7 +35,7 @@ class CallRecord:
             "wait": arrived - self.t_p1,
             "post_arrival": self.t_end - arrived,
             "total": self.t_end - self.t_call,
-            "auto": self.auto,
+            AUTO: self.auto,
         }
 
 

@@ -18,7 +18,7 @@ import threading
 from dataclasses import dataclass, field, fields
 from typing import Callable
 
-from ..schedule.algorithms import CHOICES as ALGORITHMS
+from ..schedule.algorithms import AUTO, CHOICES as ALGORITHMS
 PREFIX = "STRAGGLAR_"
 
 
@@ -244,7 +244,7 @@ def pin(settings):
 def algorithm(requested, settings=None) -> str:
     """The algorithm asked for: STRAGGLAR_ALGO, else ``requested``, else "auto"."""
     forced = (settings or current()).algo
-    name = forced or (requested if requested is not None else "auto")
+    name = forced or (requested if requested is not None else AUTO)
     if not isinstance(name, str) or name.lower() not in ALGORITHMS:
         raise ValueError(f"algorithm must be one of {', '.join(ALGORITHMS)}; got {name!r}")
     return name.lower()

@@ -13,7 +13,7 @@ import os
 
 from ..core import config as _config
 from ..core.errors import Pending
-from ..schedule.algorithms import has_roles
+from ..schedule.algorithms import AUTO, has_roles
 from . import topology as _topology
 from . import tuning as _tuning
 from .arrival import GroupTable
@@ -84,10 +84,10 @@ class Tables:
 def roles(seq, name, policy, nbytes, n, tracked=False, deadline=0.0):
     """Generator: (algorithm, straggler) for this call, the same on every rank;
     ``Pending`` when the arrival data do not come by ``deadline``."""
-    needs_roles = name == "auto" or (has_roles(name) and isinstance(policy, str))
+    needs_roles = name == AUTO or (has_roles(name) and isinstance(policy, str))
     if not (needs_roles or (tracked and n > 1)):
         return name, (policy if has_roles(name) else None)
-    if name == "auto" and not tracked and not sampled(seq, n, nbytes):
+    if name == AUTO and not tracked and not sampled(seq, n, nbytes):
         return _tuning.choose(seq, synchronous_algorithm(nbytes, seq.tiers()), nbytes, n), None
     arrivals = seq.arrivals()
     if (yield from arrivals.arrive(deadline)) is None:
@@ -122,7 +122,7 @@ def settle(seq, deadline=0.0):
 
 
 def _choose(seq, arrivals, name, policy, nbytes, n, deadline):
-    if name == "auto":
+    if name == AUTO:
         model = auto_algorithm(seq.history, n, nbytes, seq.tiers(), _tuning.measures(seq))
         name = _tuning.choose(seq, model, nbytes, n)
     if not has_roles(name):
