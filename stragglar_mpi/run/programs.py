@@ -101,7 +101,7 @@ def prepared(name, n, straggler, rank, chunks):
     straggler = n - 1 if straggler is None else straggler
     if kind is None or rank == straggler or n <= 2:
         return frozenset()
-    if kind == "reduce_scatter":
+    if kind == phase1.REDUCE_SCATTER:
         return frozenset([rank - (rank > straggler)])
     return frozenset(range(chunks))
 

@@ -18,11 +18,12 @@ A rank's own rounds (``rank_view``) take O(m) time, so no rank builds the whole 
 """
 from __future__ import annotations
 
+from .algorithms import ALLREDUCE, REDUCE_SCATTER
 from .model import ScheduleError, Transfer
 
-__all__ = ["rank_view", "rounds", "verify_phase1"]
+__all__ = ["rank_view", "round_count", "rounds", "verify_phase1"]
 
-KINDS = ("reduce_scatter", "allreduce")
+KINDS = (REDUCE_SCATTER, ALLREDUCE)
 
 
 def _positions(n, straggler):
@@ -35,10 +36,15 @@ def rounds(kind, n, straggler):
     early, m = _positions(n, straggler)
     out = [[Transfer(early[p], early[(p + 1) % m], (p - 1 - k) % m, True) for p in range(m)]
            for k in range(m - 1)]
-    if kind == "allreduce":
+    if kind == ALLREDUCE:
         out += [[Transfer(early[p], early[(p + 1) % m], (p - k) % m) for p in range(m)]
                 for k in range(m - 1)]
     return out
+
+
+def round_count(kind, m):
+    """Rounds of phase 1 among ``m`` early ranks."""
+    return (m - 1) * (2 if kind == ALLREDUCE else 1)
 
 
 def rank_view(kind, n, straggler, rank):
@@ -48,12 +54,12 @@ def rank_view(kind, n, straggler, rank):
         raise ScheduleError(f"phase 1 must be one of {KINDS}, got {kind!r}")
     early, m = _positions(n, straggler)
     if rank == straggler:
-        return max(m, 1), [()] * (2 * (m - 1) if kind == "allreduce" else m - 1)
+        return max(m, 1), [()] * round_count(kind, m)
     p = early.index(rank)
     nxt, prv = early[(p + 1) % m], early[(p - 1) % m]
     mine = [(Transfer(rank, nxt, (p - 1 - k) % m, True), Transfer(prv, rank, (p - 2 - k) % m, True))
             for k in range(m - 1)]
-    if kind == "allreduce":
+    if kind == ALLREDUCE:
         mine += [(Transfer(rank, nxt, (p - k) % m), Transfer(prv, rank, (p - 1 - k) % m))
                  for k in range(m - 1)]
     return max(m, 1), mine
@@ -81,7 +87,7 @@ def verify_phase1(kind, n, straggler, per_round, chunks):
             else:
                 state[t.dst][t.chunk] = got
     for p, r in enumerate(early):
-        wanted = range(chunks) if kind == "allreduce" else [p]
+        wanted = range(chunks) if kind == ALLREDUCE else [p]
         for c in wanted:
             if state[r][c] != full:
                 raise ScheduleError(f"after phase 1 rank {r} lacks contributions to chunk {c}")

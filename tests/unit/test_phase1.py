@@ -3,24 +3,29 @@ is its slice of the whole."""
 import pytest
 
 from stragglar_mpi.schedule import ScheduleError, Transfer
-from stragglar_mpi.schedule.phase1 import rank_view, rounds, verify_phase1
+from stragglar_mpi.schedule.algorithms import REDUCE_TO_OWNERS, TABLE
+from stragglar_mpi.schedule.phase1 import KINDS, rank_view, round_count, rounds, verify_phase1
 
 
-@pytest.mark.parametrize("kind", ["reduce_scatter", "allreduce"])
+def test_the_kinds_are_the_tables():
+    assert set(KINDS) == {a.phase1 for a in TABLE} - {None, REDUCE_TO_OWNERS}
+
+
+@pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("n", list(range(2, 34)) + [64, 65])
 def test_phase1_leaves_what_phase_2_expects(kind, n):
     for straggler in sorted({0, n // 2, n - 1}):
         verify_phase1(kind, n, straggler, rounds(kind, n, straggler), max(n - 1, 1))
 
 
-@pytest.mark.parametrize("kind", ["reduce_scatter", "allreduce"])
+@pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("n", [2, 3, 4, 7, 16])
 def test_rank_view_is_the_slice_of_the_whole(kind, n):
     straggler = n // 3
     whole = rounds(kind, n, straggler)
     for rank in range(n):
         chunks, mine = rank_view(kind, n, straggler, rank)
-        assert chunks == max(n - 1, 1) and len(mine) == len(whole)
+        assert chunks == max(n - 1, 1) and len(mine) == len(whole) == round_count(kind, n - 1)
         for k, rnd in enumerate(whole):
             assert set(mine[k]) == {t for t in rnd if rank in (t.src, t.dst)}
 
