@@ -33,9 +33,9 @@ from mpi4py import MPI
 from ..core import config as _config
 from ..core.lifetime import PROCESS, REPORT
 from ..core.state import peek
+from ..decide.topology import costs, shape
 from ..decide.tuning import STATISTIC, candidates
 from ..schedule.algorithms import STRAGGLER_AWARE
-from ..schedule.tiers import costs
 from ..schedule.units import format_size
 
 KEPT = 4096          # calls a report covers (the most recent)
@@ -88,18 +88,14 @@ def report(comm, file=None, root=0) -> str:
 
 def _pricing(log, n):
     """(seconds of the best synchronous AllReduce for a buffer of bytes, what it is)."""
-    if log.tiers is not None:
-        topology, links = log.tiers
-        m, k = len(topology.nodes), max(len(node) for node in topology.nodes)
-        figures = (links.alpha_intra, links.bandwidth_intra, links.alpha_inter, links.bandwidth_inter)
-        what = (f"the links measured at setup: inside a node alpha {figures[0]:g} s, bandwidth "
-                f"{figures[1]:g} B/s; between nodes alpha {figures[2]:g} s, bandwidth {figures[3]:g} B/s")
-        lanes = min(len(node) for node in topology.nodes)
-        return (lambda nbytes: _best_synchronous(costs(m, k, nbytes, *figures, lanes), True)), what
     alpha, bandwidth = _config.current().model[:2]       # a five-value model: its first tier
     what = f"STRAGGLAR_MODEL: alpha {alpha:g} s, bandwidth {bandwidth:g} B/s"
-    return (lambda nbytes: _best_synchronous(costs(1, n, nbytes, alpha, bandwidth, alpha, bandwidth),
-                                             False)), what
+    if log.tiers is not None:
+        a1, b1, a2, b2 = shape(log.tiers)[3]
+        what = (f"the links measured at setup: inside a node alpha {a1:g} s, bandwidth {b1:g} B/s; "
+                f"between nodes alpha {a2:g} s, bandwidth {b2:g} B/s")
+    return (lambda nbytes: _best_synchronous(costs(nbytes, log.tiers, n, alpha, bandwidth),
+                                             log.tiers is not None)), what
 
 
 def _best_synchronous(model, spans_nodes):

@@ -13,7 +13,7 @@ from mpi4py import MPI
 
 from ..core import tags
 from ..core.exchange import wait
-
+from ..schedule import tiers as _tiers
 
 
 @dataclass(frozen=True)
@@ -40,6 +40,26 @@ class Links:
     bandwidth_intra: float
     alpha_inter: float
     bandwidth_inter: float
+
+
+def shape(tiers):
+    """The two-tier model's arguments (schedule/tiers.py) for the library's ``tiers``
+    ((topology, links)): (nodes, ranks of the largest node, ranks of the smallest: the
+    lanes every node has, (a1, b1, a2, b2))."""
+    topology, links = tiers
+    sizes = [len(node) for node in topology.nodes]
+    return len(sizes), max(sizes), min(sizes), (links.alpha_intra, links.bandwidth_intra,
+                                                links.alpha_inter, links.bandwidth_inter)
+
+
+def costs(nbytes, tiers, n, alpha, bandwidth) -> dict:
+    """name -> schedule/tiers.Cost of ``nbytes``: on ``tiers`` when the communicator spans
+    nodes, else on one tier of ``n`` ranks (``alpha`` s, ``bandwidth`` B/s).  How auto,
+    the report and the benchmark price a communicator."""
+    if tiers is None:
+        return _tiers.flat(n, nbytes, alpha, bandwidth)
+    m, k, lanes, figures = shape(tiers)
+    return _tiers.costs(m, k, nbytes, *figures, lanes)
 
 
 def discover(comm):
