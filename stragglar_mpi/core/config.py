@@ -254,8 +254,13 @@ def model():
     return current().model
 
 
-def timeout():
-    return current().timeout
+def exit_timeout():
+    """STRAGGLAR_EXIT_TIMEOUT, or its default where the settings do not read: the exit
+    is bounded all the same."""
+    try:
+        return current().exit_timeout
+    except ValueError:
+        return read({}).exit_timeout
 
 
 def table() -> str:

@@ -120,3 +120,11 @@ def test_hring_is_a_row_and_a_choice(setenv):
     assert _config.algorithm("hring") == "hring"
     setenv(STRAGGLAR_ALGO="hring")
     assert _config.algorithm("native") == "hring"
+
+
+def test_the_exit_is_bounded_under_bad_settings(setenv):
+    """STRAGGLAR_EXIT_TIMEOUT, or its one default (KNOBS) where the settings do not read."""
+    assert setenv(STRAGGLAR_EXIT_TIMEOUT="5").exit_timeout == _config.exit_timeout() == 5
+    with pytest.raises(ValueError):
+        setenv(STRAGGLAR_TIMEOUT="soon")
+    assert _config.exit_timeout() == _config.read({}).exit_timeout == 60
