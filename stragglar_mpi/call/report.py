@@ -33,6 +33,7 @@ from mpi4py import MPI
 from ..core import config as _config
 from ..core.lifetime import PROCESS, REPORT
 from ..core.state import peek
+from ..decide.policy import SYNCHRONOUS
 from ..decide.topology import costs, shape
 from ..decide.tuning import STATISTIC, candidates
 from ..schedule.algorithms import STRAGGLER_AWARE
@@ -134,7 +135,8 @@ def _measured(log):
     """What auto runs per size class and situation, and the times it measured there
     (decide/tuning.py)."""
     classes = log.tuning.summary() if log is not None and log.tuning is not None else {}
-    lines = [f"  from {format_size(low)}, {situation}: {c['algorithm']} ("
+    lines = [f"  from {format_size(low)}, {'synchronous' if situation == SYNCHRONOUS else situation}: "
+             f"{c['algorithm']} ("
              + ", ".join(f"{name} {t * 1e3:.3f}" for name, t in sorted(c["measured"].items(),
                                                                        key=lambda kv: kv[1]))
              + f" ms; {c['rounds']} round(s), next in {c['next_round_in']} calls)"

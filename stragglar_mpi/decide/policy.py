@@ -34,7 +34,8 @@ def expected_gap(history):
 
 
 #: What "auto" takes when nobody is late enough: the MPI's own AllReduce, or across nodes
-#: our hierarchical ring where the two-tier model prices it below the MPI's.
+#: our hierarchical ring where the two-tier model prices it below the MPI's; the
+#: situation of auto's measured size classes when its model chose one (decide/tuning.py).
 SYNCHRONOUS = modelled(roles=False, spans_nodes=True)
 
 
