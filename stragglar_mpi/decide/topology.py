@@ -14,6 +14,7 @@ from mpi4py import MPI
 from ..core import tags
 from ..core.exchange import wait
 from ..schedule import tiers as _tiers
+from ..schedule.units import MiB
 
 
 @dataclass(frozen=True)
@@ -77,7 +78,7 @@ def discover(comm):
 
 #: The setup's link measurement: message sizes of the latency and bandwidth ping-pongs,
 #: the bytes every lane moves at once between nodes, and the repetitions (medians).
-_SMALL, _LARGE, _LANE_BYTES, _REPS = 8, 1 << 20, 2 << 20, 3
+_SMALL, _LARGE, _LANE_BYTES, _REPS = 8, MiB, 2 * MiB, 3
 
 
 def measure(comm, topology):

@@ -6,8 +6,8 @@
     python -m stragglar_mpi.schedule show --algorithm hring --n 16 --node-size 8
     python -m stragglar_mpi.schedule verify --n 2..256
     python -m stragglar_mpi.schedule simulate --n 4,8,16,32,64,128,256 \\
-        --size 1GiB --alpha 3us --bandwidth 450GiB/s
-    python -m stragglar_mpi.schedule simulate --node-size 8 --n 16,32,128,1024 --size 1GiB \\
+        --size 1G --alpha 3us --bandwidth 450GiB/s
+    python -m stragglar_mpi.schedule simulate --node-size 8 --n 16,32,128,1024 --size 1G \\
         --alpha 3us --bandwidth 450GB/s --alpha-inter 5us --bandwidth-inter 50GB/s
 """
 from __future__ import annotations
@@ -21,7 +21,7 @@ from pathlib import Path
 from . import ALGORITHMS, ScheduleError, build, lower_bound_rounds, simulate, verified_rounds
 from .algorithms import (BY_NAME, DIRECT, HIERARCHICAL, HRING, RING, STRAGGLAR,
                          TOPOLOGY_ALGORITHMS)
-from .units import parse_bandwidth, parse_size, parse_time  # noqa: F401  (the tests read them here too)
+from .units import parse_bandwidth, parse_size, parse_time, time_in  # noqa: F401  (the tests read them here too)
 
 def parse_ns(text: str) -> list[int]:
     """'2..256', '4,8,16', '8' or a mix such as '2..8,16'; every n at least 2."""
@@ -136,7 +136,7 @@ def cmd_simulate(args) -> int:
           f"times in ms, speedup = ring / stragglar")
     print("\nstraggler late enough to hide phase 1 (time after it arrives):")
     _table(names, args.n, cost, lambda n: _hiding_delay(n, *cost) if args.delay is None
-           else args.delay, "post_arrival")
+           else args.delay / 1e3, "post_arrival")
     print("\nno straggler (everyone arrives at 0; time to finish):")
     _table(names, args.n, cost, lambda n: 0.0, "finish")
     return 0
@@ -283,12 +283,13 @@ def main(argv=None) -> int:
     check.set_defaults(run=cmd_verify)
     sim = sub.add_parser("simulate", help="alpha-beta model: every algorithm, late and not late")
     sim.add_argument("--n", type=parse_ns, default=parse_ns("4,8,16,32,64,128,256"))
-    sim.add_argument("--size", type=parse_size, default=parse_size("1GiB"), help="e.g. 1GiB, 64MiB")
+    sim.add_argument("--size", type=parse_size, default="1G", help="e.g. 1G, 64M (default 1G)")
     sim.add_argument("--alpha", type=parse_time, default=parse_time("3us"), help="e.g. 3us")
     sim.add_argument("--bandwidth", type=parse_bandwidth, default=parse_bandwidth("450GiB/s"),
                      help="e.g. 450GiB/s")
-    sim.add_argument("--delay", type=parse_time, default=None,
-                     help="straggler delay, e.g. 5ms (default: just long enough to hide phase 1)")
+    sim.add_argument("--delay", type=time_in("ms"), default=None,
+                     help="straggler delay: a bare number in ms, or with a unit (5ms, 0.005s) "
+                          "(default: just long enough to hide phase 1)")
     sim.add_argument("--node-size", type=int, default=0,
                      help="ranks per node: two tiers (--alpha/--bandwidth inside a node, "
                           "--alpha-inter/--bandwidth-inter between), hierarchical algorithms")

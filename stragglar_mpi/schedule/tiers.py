@@ -41,6 +41,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 from .algorithms import DIRECT, HIERARCHICAL, HRING, NATIVE, RHD, RING, STRAGGLAR
+from .units import KiB
 
 __all__ = ["Cost", "costs", "flat", "floor", "hierarchical_cost", "pieces"]
 
@@ -49,7 +50,7 @@ __all__ = ["Cost", "costs", "flat", "floor", "hierarchical_cost", "pieces"]
 #: message's latency, and fewer, larger pieces win (docs/LINKS.md: 16 pieces of 1 MiB took
 #: 188-196 ms where the model's 53 took 224 on the box's 4 hosts at 1 Gbit/s); a floor of
 #: 1 MiB there made the model prefer hring at 4-8 MiB on fast links, so it stays 256 KiB.
-MIN_PIECE = 256 << 10
+MIN_PIECE = 256 * KiB
 MAX_PIECES = 64
 
 
