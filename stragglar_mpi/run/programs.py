@@ -73,11 +73,6 @@ def exactly_commutative(op, datatype):
     return True
 
 
-def cached():
-    """How many programs the caches hold."""
-    return sum(f.cache_info().currsize for f in (_flat, _hierarchical, _hring))
-
-
 # --- flat schedules ---------------------------------------------------------------------
 
 @lru_cache(maxsize=256)

@@ -13,7 +13,7 @@ is cut into m chunks, chunk c belonging to position c (StragglAR's early rank c)
 
 Each chunk is reduced along one path in a fixed order, so the result depends only on
 (n, straggler): the bits are the same on every run.  The argument above is the proof;
-``verify_phase1`` checks it symbolically (tests/unit/test_phase1.py: every n up to 65).
+tests/unit/test_phase1.py checks it symbolically (every n up to 65).
 A rank's own rounds (``rank_view``) take O(m) time, so no rank builds the whole of it.
 """
 from __future__ import annotations
@@ -21,7 +21,7 @@ from __future__ import annotations
 from .algorithms import ALLREDUCE, REDUCE_SCATTER
 from .model import ScheduleError, Transfer
 
-__all__ = ["rank_view", "round_count", "rounds", "verify_phase1"]
+__all__ = ["rank_view", "round_count", "rounds"]
 
 KINDS = (REDUCE_SCATTER, ALLREDUCE)
 
@@ -64,30 +64,3 @@ def rank_view(kind, n, straggler, rank):
                  for k in range(m - 1)]
     return max(m, 1), mine
 
-
-def verify_phase1(kind, n, straggler, per_round, chunks):
-    """Raise ScheduleError unless ``per_round`` leaves what phase 2 expects: chunk c at
-    early position c (``reduce_scatter``) or every chunk at every early rank
-    (``allreduce``), reduced over every early rank exactly once; the straggler untouched."""
-    early, m = _positions(n, straggler)
-    full = sum(1 << r for r in early)
-    state = {r: [1 << r] * chunks for r in early}
-    for k, rnd in enumerate(per_round):
-        before = {r: list(v) for r, v in state.items()}
-        for t in rnd:
-            if t.src not in state or t.dst not in state:
-                raise ScheduleError(f"phase 1 round {k}: {t} involves the straggler or no rank")
-            have, got = before[t.dst][t.chunk], before[t.src][t.chunk]
-            if t.reduce:
-                if have & got:
-                    raise ScheduleError(f"phase 1 round {k}: {t} counts a contribution twice")
-                state[t.dst][t.chunk] |= got
-            elif got != full:
-                raise ScheduleError(f"phase 1 round {k}: {t} copies an unfinished chunk")
-            else:
-                state[t.dst][t.chunk] = got
-    for p, r in enumerate(early):
-        wanted = range(chunks) if kind == ALLREDUCE else [p]
-        for c in wanted:
-            if state[r][c] != full:
-                raise ScheduleError(f"after phase 1 rank {r} lacks contributions to chunk {c}")
