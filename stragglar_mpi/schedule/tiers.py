@@ -109,7 +109,8 @@ def _phase1(k, pieces, c, across, rounds):
 def costs(m: int, k: int, s: float, a1: float, b1: float, a2: float, b2: float,
           lanes: int | None = None) -> dict:
     """name -> Cost for ``m`` nodes of ``k`` ranks (one node or one rank per node: one tier).
-    The one cost model: ``auto`` (decide/policy.py) and the report (call/report.py) read it.
+    The one cost model: ``auto``, the report and the benchmark price a communicator with
+    it through decide/topology.py ``costs``.
     ``lanes``: the smallest node's size where nodes differ (``k`` is then the largest):
     hring crosses on that many lanes only, each carrying s/lanes.
     Cached: ``auto`` prices every call, and the piece count alone is a search over up to
