@@ -61,13 +61,10 @@ def _positive_int(text: str) -> int:
 
 def cmd_show(args) -> int:
     for n in args.n:
-        schedule = _two_tier_schedule(args, n) if args.algorithm in _TOPOLOGY else build(
+        schedule = _two_tier_schedule(args, n) if args.algorithm in TOPOLOGY_ALGORITHMS else build(
             args.algorithm, n, args.straggler)
         print(schedule.to_json(indent=1) if args.json else schedule)
     return 0
-
-
-_TOPOLOGY = TOPOLOGY_ALGORITHMS
 
 
 def _layout(n: int, k: int, layout: str) -> tuple:
@@ -169,7 +166,7 @@ _FLAT_NAMES = tuple(a for a in reversed(_NAMES) if a != DIRECT)
 def _simulate_tiers(args) -> int:
     """Nodes of --node-size ranks (block layout), two tiers of links; the last rank late."""
     from .simulate import Tiers
-    from .tiers import costs, floor
+    from .tiers import costs, floor, pieces as model_pieces
     k = args.node_size
     bad = [n for n in args.n if n % k or n // k < 2]
     if bad:
@@ -188,7 +185,7 @@ def _simulate_tiers(args) -> int:
         tiers = Tiers(tuple(r // k for r in range(n)), a2, b2)
         model = costs(m, k, args.size, *links)
         late, prompt, extra = {}, {}, {}
-        extra["W"] = pieces = _pieces(m, k, args.size, links)
+        extra["W"] = pieces = model_pieces(m, k, args.size, *links)
         extra["floor"] = floor(m, k, args.size, args.bandwidth, b2)
         late[HRING] = prompt[HRING] = model[HRING].post_arrival
         for name in (HIERARCHICAL,) + _FLAT_NAMES:
@@ -207,11 +204,6 @@ def _simulate_tiers(args) -> int:
     for m, _, times, _ in rows:
         print(f"{m:>5} {m * k:>5} " + " ".join(f"{times[a] * 1e3:>12.3f}" for a in names))
     return 0
-
-
-def _pieces(m, k, size, links):
-    from .tiers import pieces
-    return pieces(m, k, size, *links)
 
 
 def _hierarchical(m, k, pieces):
@@ -261,7 +253,7 @@ def main(argv=None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     show = sub.add_parser("show", help="print a schedule round by round (or as JSON)")
     show.add_argument("--n", type=parse_ns, required=True, help="ranks: 8, 4,8 or 2..16")
-    show.add_argument("--algorithm", default=STRAGGLAR, choices=ALGORITHMS + _TOPOLOGY)
+    show.add_argument("--algorithm", default=STRAGGLAR, choices=ALGORITHMS + TOPOLOGY_ALGORITHMS)
     show.add_argument("--straggler", type=int, default=None, help="late rank (default n-1)")
     show.add_argument("--node-size", type=int, default=0,
                       help="ranks per node (hierarchical, hring)")
