@@ -89,9 +89,11 @@ def report(comm, file=None, root=0) -> str:
 
 def _pricing(log, n):
     """(seconds of the best synchronous AllReduce for a buffer of bytes, what it is)."""
-    alpha, bandwidth = _config.current().model[:2]       # a five-value model: its first tier
-    what = f"STRAGGLAR_MODEL: alpha {alpha:g} s, bandwidth {bandwidth:g} B/s"
-    if log.tiers is not None:
+    if log.tiers is None:
+        alpha, bandwidth = _config.current().model[:2]   # a five-value model: its first tier
+        what = f"STRAGGLAR_MODEL: alpha {alpha:g} s, bandwidth {bandwidth:g} B/s"
+    else:
+        alpha = bandwidth = None
         a1, b1, a2, b2 = shape(log.tiers)[3]
         what = (f"the links measured at setup: inside a node alpha {a1:g} s, bandwidth {b1:g} B/s; "
                 f"between nodes alpha {a2:g} s, bandwidth {b2:g} B/s")
