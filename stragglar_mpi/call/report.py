@@ -9,7 +9,7 @@ a communicator is not in its report.
 
 - **last**: how many of the recorded calls the rank arrived last in;
 - **late by**: median and 95th percentile of its lateness over those calls
-  (``lateness``: how long after the second-to-last rank it arrived);
+  (the record's ``gap``: how long after the second-to-last rank it arrived);
 - **StragglAR**: the calls that ran a straggler-aware algorithm (schedule/algorithms.py:
   stragglar, hierarchical, direct) with the rank as the straggler;
 - **saved**: for those calls, the model's best synchronous AllReduce (ring, rhd or,
@@ -40,11 +40,6 @@ from ..schedule.algorithms import STRAGGLER_AWARE
 from ..schedule.units import format_size
 
 KEPT = 4096          # calls a report covers (the most recent)
-
-
-def lateness(record) -> float:
-    """How late the last rank of one arrival record came (seconds)."""
-    return record.gap
 
 
 class Log:
@@ -119,7 +114,7 @@ def render(log, n, label) -> str:
     total = 0.0
     for rank in range(n):
         mine = [c for c in calls if c[0].last == rank]
-        late = sorted(lateness(c[0]) * 1e3 for c in mine)
+        late = sorted(c[0].gap * 1e3 for c in mine)
         ran = [c for c in mine if c[1] in STRAGGLER_AWARE and c[2] == rank]
         saved = sum(synchronous(c[3]) - c[4] for c in ran) * 1e3
         total += saved
