@@ -14,10 +14,9 @@ import numpy as np
 
 from ..core.config import current as current_settings
 from ..schedule.algorithms import AUTO, CHOICES, NATIVE, SHOWN
-from ..schedule.units import bandwidth_in, format_size, parse_size, time_in
+from ..schedule.units import MiB, bandwidth_in, format_size, parse_size, time_in
 from . import _cvar, _data, _run
 
-_MIB = 1 << 20
 _MS = time_in("ms")
 
 
@@ -34,7 +33,7 @@ class Delay:
         base = {"fixed": lambda: self.a, "uniform": lambda: rng.uniform(self.a, self.b),
                 "exp": lambda: rng.exponential(self.a),
                 "normal": lambda: rng.normal(self.a, self.b)}[self.kind]()
-        return max(0.0, float(base) + self.per_mib * nbytes / _MIB) / 1e3
+        return max(0.0, float(base) + self.per_mib * nbytes / MiB) / 1e3
 
 
 def parse_delay(text: str) -> Delay:

@@ -6,6 +6,7 @@ from mpi4py import MPI
 
 from ..core import tags
 from ..core.state import peek
+from ..decide.topology import costs, shape
 from ..schedule import tiers as _tiers
 from ..schedule.algorithms import BY_NAME, HRING, NATIVE
 from . import _cvar
@@ -54,22 +55,10 @@ def predict(algorithm: str, n: int, straggler, nbytes: int, delay: float,
     if algorithm == "bound":
         return alpha + nbytes / bandwidth if tiers is None else floor(nbytes, tiers)
     name = HRING if algorithm in _cvar.VARIANTS else NATIVE if algorithm == "native2" else algorithm
-    if tiers is None:
-        if name not in BY_NAME or BY_NAME[name].layout == "nodes":
-            return float("nan")     # one node: no second tier to price them on
-        m, k, lanes, figures = 1, n, n, (alpha, bandwidth, alpha, bandwidth)
-    else:
-        m, k, lanes, figures = shape(tiers)
-    cost = _tiers.costs(m, k, nbytes, *figures, lanes).get(name)
+    if tiers is None and (name not in BY_NAME or BY_NAME[name].layout == "nodes"):
+        return float("nan")     # one node: no second tier to price them on
+    cost = costs(nbytes, tiers, n, alpha, bandwidth).get(name)
     return float("nan") if cost is None else cost.after(delay if straggler is not None else 0.0)
-
-
-def shape(tiers):
-    """(nodes, largest node, smallest node, (a1, b1, a2, b2)) of the library's tiers."""
-    topology, links = tiers
-    sizes = [len(node) for node in topology.nodes]
-    figures = (links.alpha_intra, links.bandwidth_intra, links.alpha_inter, links.bandwidth_inter)
-    return len(sizes), max(sizes), min(sizes), figures
 
 
 def floor(nbytes, tiers):

@@ -1,6 +1,6 @@
 """A short demo: one rank arrives late; how soon after it arrives is the AllReduce done?
 
-    mpiexec -n 4 python -m stragglar_mpi.bench.demo [--size 16MiB] [--delay 200] [--iters 5]
+    mpiexec -n 4 python -m stragglar_mpi.bench.demo [--size 16M] [--delay 200] [--iters 5]
 
 Every rank but the straggler calls at once; the straggler sleeps ``--delay`` ms
 first.  Post-arrival time = the last rank's return minus the straggler's call
@@ -18,7 +18,7 @@ from mpi4py import MPI
 
 from .. import Allreduce
 from ..schedule.algorithms import NATIVE, SHOWN
-from ..schedule.units import parse_size, time_in
+from ..schedule.units import format_size, parse_size, time_in
 
 # native first (the ratios are to it), the straggler-aware ones last
 ALGORITHMS = SHOWN
@@ -58,9 +58,9 @@ def run(comm, size, delay, iters):
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="mpiexec -n 4 python -m stragglar_mpi.bench.demo", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--size", type=parse_size, default=parse_size("16MiB"), help="buffer size (default 16MiB)")
-    p.add_argument("--delay", type=time_in("ms"), default=300.0,
-                   help="straggler delay: a bare number in ms, or with a unit (0.3s) (default 300)")
+    p.add_argument("--size", type=parse_size, default="16M", help="buffer size (default %(default)s)")
+    p.add_argument("--delay", type=time_in("ms"), default="300",
+                   help="straggler delay: a bare number in ms, or with a unit (0.3s) (default %(default)s)")
     p.add_argument("--iters", type=int, default=5, help="timed iterations after one warm-up (default 5)")
     args = p.parse_args(argv)
     if args.iters < 1:
@@ -72,7 +72,7 @@ def main(argv=None) -> int:
     comm = MPI.COMM_WORLD
     n = comm.Get_size()
     if comm.Get_rank() == 0:
-        print(f"StragglAR demo: {n} ranks, {args.size / 2**20:.1f} MiB float32 SUM, "
+        print(f"StragglAR demo: {n} ranks, {format_size(args.size)} float32 SUM, "
               f"rank {n - 1} late by {args.delay:.0f} ms, median of {args.iters}", flush=True)
     medians, wrong = run(comm, args.size, args.delay / 1e3, args.iters)
     if comm.Get_rank() == 0:

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import json
 import sys
-from ..schedule.algorithms import DIRECT, NATIVE, RHD, RING, STRAGGLAR
+from ..schedule.algorithms import AUTO, DIRECT, NATIVE, RHD, RING, STRAGGLAR
+from ..schedule.units import format_size
 
-_STYLE = {STRAGGLAR: ("C3", "o"), "auto": ("C1", "x"), RING: ("C0", "s"), RHD: ("C2", "^"),
+_STYLE = {STRAGGLAR: ("C3", "o"), AUTO: ("C1", "x"), RING: ("C0", "s"), RHD: ("C2", "^"),
           DIRECT: ("C4", "v"), "bound": ("k", "")}
 
 
@@ -48,7 +49,7 @@ def _panel(ax, run):
     ax.set_yscale("log", base=2)
     ax.yaxis.set_major_formatter(FuncFormatter(lambda y, _: f"{y:g}x"))
     ticks = sorted({s for by in medians.values() for s in by})
-    ax.set_xticks(ticks, [_label(s) for s in ticks], rotation=45)
+    ax.set_xticks(ticks, [format_size(s) for s in ticks], rotation=45)
     ax.set_xlabel("buffer size")
     c = run["config"]
     ax.set_title(f"{c['ranks']} ranks, {c['args']['datatype']} {c['args']['op']}", fontsize=10)
@@ -60,13 +61,6 @@ def _medians(results) -> dict:
     for r in results:
         out.setdefault(r["algorithm"], {})[r["size"]] = r["post_arrival"]["median"]
     return out
-
-
-def _label(nbytes):
-    for unit, scale in (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
-        if nbytes >= scale:
-            return f"{nbytes / scale:g}{unit}"
-    return f"{nbytes}"
 
 
 def main(argv=None) -> int:

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from mpi4py import MPI
 
 from ..core.state import peek
-from ..schedule.algorithms import NATIVE, has_roles
+from ..schedule.algorithms import AUTO, NATIVE, has_roles
 from .report import log_of
 
 
@@ -36,7 +36,7 @@ class CallRecord:
             "wait": arrived - self.t_p1,
             "post_arrival": self.t_end - arrived,
             "total": self.t_end - self.t_call,
-            "auto": self.auto,
+            AUTO: self.auto,
         }
 
 

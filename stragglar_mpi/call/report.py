@@ -9,7 +9,7 @@ a communicator is not in its report.
 
 - **last**: how many of the recorded calls the rank arrived last in;
 - **late by**: median and 95th percentile of its lateness over those calls
-  (``lateness``: how long after the second-to-last rank it arrived);
+  (the record's ``gap``: how long after the second-to-last rank it arrived);
 - **StragglAR**: the calls that ran a straggler-aware algorithm (schedule/algorithms.py:
   stragglar, hierarchical, direct) with the rank as the straggler;
 - **saved**: for those calls, the model's best synchronous AllReduce (ring, rhd or,
@@ -33,17 +33,13 @@ from mpi4py import MPI
 from ..core import config as _config
 from ..core.lifetime import PROCESS, REPORT
 from ..core.state import peek
+from ..decide.policy import SYNCHRONOUS
+from ..decide.topology import costs, shape
 from ..decide.tuning import STATISTIC, candidates
 from ..schedule.algorithms import STRAGGLER_AWARE
-from ..schedule.tiers import costs
 from ..schedule.units import format_size
 
 KEPT = 4096          # calls a report covers (the most recent)
-
-
-def lateness(record) -> float:
-    """How late the last rank of one arrival record came (seconds)."""
-    return record.gap
 
 
 class Log:
@@ -88,18 +84,16 @@ def report(comm, file=None, root=0) -> str:
 
 def _pricing(log, n):
     """(seconds of the best synchronous AllReduce for a buffer of bytes, what it is)."""
-    if log.tiers is not None:
-        topology, links = log.tiers
-        m, k = len(topology.nodes), max(len(node) for node in topology.nodes)
-        figures = (links.alpha_intra, links.bandwidth_intra, links.alpha_inter, links.bandwidth_inter)
-        what = (f"the links measured at setup: inside a node alpha {figures[0]:g} s, bandwidth "
-                f"{figures[1]:g} B/s; between nodes alpha {figures[2]:g} s, bandwidth {figures[3]:g} B/s")
-        lanes = min(len(node) for node in topology.nodes)
-        return (lambda nbytes: _best_synchronous(costs(m, k, nbytes, *figures, lanes), True)), what
-    alpha, bandwidth = _config.current().model[:2]       # a five-value model: its first tier
-    what = f"STRAGGLAR_MODEL: alpha {alpha:g} s, bandwidth {bandwidth:g} B/s"
-    return (lambda nbytes: _best_synchronous(costs(1, n, nbytes, alpha, bandwidth, alpha, bandwidth),
-                                             False)), what
+    if log.tiers is None:
+        alpha, bandwidth = _config.current().model[:2]   # a five-value model: its first tier
+        what = f"STRAGGLAR_MODEL: alpha {alpha:g} s, bandwidth {bandwidth:g} B/s"
+    else:
+        alpha = bandwidth = None
+        a1, b1, a2, b2 = shape(log.tiers)[3]
+        what = (f"the links measured at setup: inside a node alpha {a1:g} s, bandwidth {b1:g} B/s; "
+                f"between nodes alpha {a2:g} s, bandwidth {b2:g} B/s")
+    return (lambda nbytes: _best_synchronous(costs(nbytes, log.tiers, n, alpha, bandwidth),
+                                             log.tiers is not None)), what
 
 
 def _best_synchronous(model, spans_nodes):
@@ -120,7 +114,7 @@ def render(log, n, label) -> str:
     total = 0.0
     for rank in range(n):
         mine = [c for c in calls if c[0].last == rank]
-        late = sorted(lateness(c[0]) * 1e3 for c in mine)
+        late = sorted(c[0].gap * 1e3 for c in mine)
         ran = [c for c in mine if c[1] in STRAGGLER_AWARE and c[2] == rank]
         saved = sum(synchronous(c[3]) - c[4] for c in ran) * 1e3
         total += saved
@@ -138,7 +132,8 @@ def _measured(log):
     """What auto runs per size class and situation, and the times it measured there
     (decide/tuning.py)."""
     classes = log.tuning.summary() if log is not None and log.tuning is not None else {}
-    lines = [f"  from {format_size(low)}, {situation}: {c['algorithm']} ("
+    lines = [f"  from {format_size(low)}, {'synchronous' if situation == SYNCHRONOUS else situation}: "
+             f"{c['algorithm']} ("
              + ", ".join(f"{name} {t * 1e3:.3f}" for name, t in sorted(c["measured"].items(),
                                                                        key=lambda kv: kv[1]))
              + f" ms; {c['rounds']} round(s), next in {c['next_round_in']} calls)"

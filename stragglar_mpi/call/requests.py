@@ -357,24 +357,12 @@ class Prequest(_Ops, MPI.Prequest):
 _SETUP_AT_THE_CALL = MPI.get_vendor()[0] in ("Open MPI", "Intel MPI")
 
 
-def _close():
-    # At exit (core/lifetime.py): the progress thread runs what is queued, so nothing of
-    # ours runs inside MPI_Finalize; past STRAGGLAR_EXIT_TIMEOUT the process fails (its
-    # MPI_Finalize would wait for the stuck operations, and the job with it).
-    try:
-        bound = _config.current().exit_timeout
-    except ValueError:
-        bound = 60.0
-    if ENGINE.close(bound):
-        return
-    lines = "\n".join(f"  {line}" for line in ENGINE.pending())
-    sys.stderr.write(f"stragglar_mpi: rank {MPI.COMM_WORLD.Get_rank()} exits with nonblocking "
-                     f"operations still pending after {bound:g} s (STRAGGLAR_EXIT_TIMEOUT):\n"
-                     f"{lines}\nthey never completed (a rank that did not make the call?); "
-                     "exiting with status 1\n")
-    sys.stderr.flush()
-    sys.stdout.flush()
-    os._exit(1)
+def _pending():
+    lines = "".join(f"\n  {line}" for line in ENGINE.pending())
+    return ("nonblocking operations still pending",
+            f":{lines}\nthey never completed (a rank that did not make the call?)")
 
 
-PROCESS.on_exit(lifetime.ENGINE, _close)
+# At exit (core/lifetime.py): the progress thread runs what is queued, so nothing of ours
+# runs inside MPI_Finalize.
+PROCESS.on_exit(lifetime.ENGINE, lambda: lifetime.bounded_exit(ENGINE.close, _pending))

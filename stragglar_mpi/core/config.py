@@ -18,7 +18,7 @@ import threading
 from dataclasses import dataclass, field, fields
 from typing import Callable
 
-from ..schedule.algorithms import CHOICES as ALGORITHMS
+from ..schedule.algorithms import AUTO, CHOICES as ALGORITHMS
 PREFIX = "STRAGGLAR_"
 
 
@@ -222,7 +222,7 @@ def pin(settings):
 def algorithm(requested, settings=None) -> str:
     """The algorithm asked for: STRAGGLAR_ALGO, else ``requested``, else "auto"."""
     forced = (settings or current()).algo
-    name = forced or (requested if requested is not None else "auto")
+    name = forced or (requested if requested is not None else AUTO)
     if not isinstance(name, str) or name.lower() not in ALGORITHMS:
         raise ValueError(f"algorithm must be one of {', '.join(ALGORITHMS)}; got {name!r}")
     return name.lower()
@@ -232,8 +232,13 @@ def model():
     return current().model
 
 
-def timeout():
-    return current().timeout
+def exit_timeout():
+    """STRAGGLAR_EXIT_TIMEOUT, or its default where the settings do not read: the exit
+    is bounded all the same."""
+    try:
+        return current().exit_timeout
+    except ValueError:
+        return read({}).exit_timeout
 
 
 def table() -> str:

@@ -11,11 +11,19 @@ last-in first-out) ``shutdown`` runs the registered steps in this order:
 2. ``REPORT``: the STRAGGLAR_REPORT straggler reports print;
 3. ``SETUPS``: communicator setups still running in threads of their own are joined;
 4. ``ARRIVALS``: arrival tables cancel their receives, in the same key order on every rank.
+A step that waits for the library's threads waits at most STRAGGLAR_EXIT_TIMEOUT
+(``bounded_exit``).
 """
 from __future__ import annotations
 
 import atexit
+import os
+import sys
 import weakref
+
+from mpi4py import MPI
+
+from . import config as _config
 
 ENGINE, REPORT, SETUPS, ARRIVALS = 10, 20, 25, 30
 
@@ -45,3 +53,19 @@ class Lifetime:
 
 PROCESS = Lifetime()
 atexit.register(PROCESS.shutdown)
+
+
+def bounded_exit(wait, still):
+    """An exit step's wait: ``wait(bound)`` (seconds, None: no bound) is True once what it
+    waits for has ended.  Past STRAGGLAR_EXIT_TIMEOUT the process prints ``still()``'s
+    (what is still running, what it is and why) and exits with status 1: its
+    MPI_Finalize would wait for it, and the job with it."""
+    bound = _config.exit_timeout()
+    if wait(bound):
+        return
+    what, why = still()
+    sys.stderr.write(f"stragglar_mpi: rank {MPI.COMM_WORLD.Get_rank()} exits with {what} after "
+                     f"{bound:g} s (STRAGGLAR_EXIT_TIMEOUT){why}; exiting with status 1\n")
+    sys.stderr.flush()
+    sys.stdout.flush()
+    os._exit(1)

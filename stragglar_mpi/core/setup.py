@@ -13,17 +13,15 @@ order (call/setup.py): a nonblocking first call posts the presence messages and 
 from __future__ import annotations
 
 import os
-import sys
 import threading
 import time
 
 from mpi4py import MPI
 
-from . import config as _config
 from . import tags
 from .errors import Pending
 from .exchange import Exchange, absent, cancel, wait
-from .lifetime import PROCESS, SETUPS
+from .lifetime import PROCESS, SETUPS, bounded_exit
 from .state import KEYVAL, State, release_freed
 
 _SETUP = "the setup of this communicator (its first call)"
@@ -140,26 +138,20 @@ def _wait_ready(state, deadline):
     return True
 
 
-def _join_setups():
+def _join_setups(bound):
     # A setup thread still inside a blocking step (its communicator freed by the user, or
     # its operation done without it) would be inside MPI during MPI_Finalize: a crash in
-    # UCX's progress.  Bounded as the engine's wait (STRAGGLAR_EXIT_TIMEOUT).
-    try:
-        bound = _config.current().exit_timeout
-    except ValueError:
-        bound = 60.0
+    # UCX's progress.
     until = time.monotonic() + bound if bound else None
     for thread in PROCESS.live("setup"):
         thread.join(None if until is None else max(0.0, until - time.monotonic()))
-    stuck = [t for t in PROCESS.live("setup") if t.is_alive()]
-    if stuck:
-        sys.stderr.write(f"stragglar_mpi: rank {MPI.COMM_WORLD.Get_rank()} exits with "
-                         f"{len(stuck)} communicator setup(s) still running after "
-                         f"{bound:g} s (STRAGGLAR_EXIT_TIMEOUT): a rank that never made "
-                         "the communicator's first call?; exiting with status 1\n")
-        sys.stderr.flush()
-        sys.stdout.flush()
-        os._exit(1)
+    return not _stuck()
 
 
-PROCESS.on_exit(SETUPS, _join_setups)
+def _stuck():
+    return [t for t in PROCESS.live("setup") if t.is_alive()]
+
+
+PROCESS.on_exit(SETUPS, lambda: bounded_exit(_join_setups, lambda: (
+    f"{len(_stuck())} communicator setup(s) still running",
+    ": a rank that never made the communicator's first call?")))

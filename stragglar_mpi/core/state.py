@@ -85,8 +85,8 @@ class State(Sequence):
         return self.lanes[k - 1]
 
     def next_lane(self):
-        """The lane of the next nonblocking operation: the k-th takes lane 1 + k % LANES
-        (the same on every rank: every rank counts the same calls)."""
+        """The lane of the next nonblocking operation: the k-th (k = 0, 1, ...) takes lane
+        1 + k % LANES (the same on every rank: every rank counts the same calls)."""
         self.started += 1
         return self.lane(1 + (self.started - 1) % LANES)
 

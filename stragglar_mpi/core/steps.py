@@ -22,8 +22,7 @@ generator's return value is the path's result.  The whole library keeps to it:
   The same path runs either way.
 - **Naming**: a function that is such a generator says so first in its docstring
   ("Generator: ...") and is called with ``yield from``; one that sometimes waits and
-  sometimes not still is one (``immediately``).  ``steps`` (call/allreduce.py) is the
-  whole path of a call.
+  sometimes not still is one.  ``steps`` (call/allreduce.py) is the whole path of a call.
 """
 from __future__ import annotations
 
@@ -53,9 +52,3 @@ def pause(until):
     """Generator: wait until MPI_Wtime passes ``until`` (a poll of something that no
     request stands for)."""
     yield Wait((), until)
-
-
-def immediately(value=None):
-    """Generator that waits for nothing: ``value`` (where a path sometimes waits)."""
-    return value
-    yield  # pragma: no cover  (makes this a generator)

@@ -9,7 +9,7 @@ from collections import Counter
 
 from ..core import config as _config
 from ..schedule.algorithms import BY_NAME, NATIVE, modelled
-from ..schedule.tiers import costs, flat
+from .topology import costs
 
 POLICIES = ("arrival", "predict")   # who plays the straggler, besides a rank given by number
 WINDOW = 8          # calls of history that a decision looks at
@@ -34,7 +34,8 @@ def expected_gap(history):
 
 
 #: What "auto" takes when nobody is late enough: the MPI's own AllReduce, or across nodes
-#: our hierarchical ring where the two-tier model prices it below the MPI's.
+#: our hierarchical ring where the two-tier model prices it below the MPI's; the
+#: situation of auto's measured size classes when its model chose one (decide/tuning.py).
 SYNCHRONOUS = modelled(roles=False, spans_nodes=True)
 
 
@@ -44,7 +45,7 @@ def synchronous_algorithm(nbytes, tiers=None):
     ring or recursive halving/doubling at the slower tier)."""
     if tiers is None:
         return NATIVE
-    return _cheapest(_two_tier_model(nbytes, *tiers), SYNCHRONOUS)
+    return _cheapest(_model(None, nbytes, tiers), SYNCHRONOUS)
 
 
 def _cheapest(model, names, gap=0.0):
@@ -52,25 +53,41 @@ def _cheapest(model, names, gap=0.0):
     return min(names, key=lambda name: (model[name].after(gap), BY_NAME[name].schedule))
 
 
+def _model(n, nbytes, tiers):
+    """name -> Cost: on the measured ``tiers``, else on STRAGGLAR_MODEL's links."""
+    alpha, bandwidth = _config.model()[:2]
+    return costs(nbytes, tiers, n, alpha, bandwidth)
+
+
 def auto_algorithm(history, n, nbytes, tiers=None, measured=False):
     """"stragglar" when the expected delay hides its ReduceScatter and it then beats a
     synchronous AllReduce by the configured margin; otherwise "native".
 
     ``tiers``: (topology, links) of a communicator that spans nodes; then the choice is
-    among native, hring, flat stragglar and hierarchical by the two-tier model, and
-    where the choice will be measured (``measured``: auto's tuner times it against the
-    synchronous ones) the model is given MEASURED_SLACK.
+    among native, hring, flat stragglar and hierarchical by the two-tier model
+    (schedule/tiers.py).  Native is priced as a flat ring or recursive halving/doubling
+    at the slower tier (an MPI that does not follow the nodes); the synchronous choice
+    is the cheaper of native and hring, and a straggler-aware one must beat it by the
+    margin, with MEASURED_SLACK where the choice is then measured (``measured``: auto's
+    tuner times it against the synchronous ones): the measurement catches a model that
+    is off.  (On the box's 2 hosts of 4 ranks at 1 Gbit/s the model priced hring 13-24%
+    below what it took and hierarchical at it; hierarchical ran 1.2-1.3x faster,
+    docs/LINKS.md.)
     """
     if n < 3:
         return NATIVE
     if not history:
         return synchronous_algorithm(nbytes, tiers)
-    if tiers is not None:
-        return _auto_two_tier(history, nbytes, *tiers, measured)
-    alpha, bandwidth, margin = _config.model()[:3]
-    model = flat(n, nbytes, alpha, bandwidth)
-    return _aware_or(model, modelled(True, False), _cheapest(model, modelled(False, False)),
-                     expected_gap(history), margin)
+    model, margin = _model(n, nbytes, tiers), _config.model()[2]
+    if tiers is None:
+        aware, sync, measured = modelled(True, False), _cheapest(model, modelled(False, False)), False
+    else:
+        topology = tiers[0]
+        late = predict_straggler(history, len(topology.node_of))
+        # a schedule that needs the nodes needs a second rank on the straggler's node
+        aware = modelled(True, spans_nodes=len(topology.node(late)) > 1)
+        sync = _cheapest(model, SYNCHRONOUS)
+    return _aware_or(model, aware, sync, expected_gap(history), margin, measured)
 
 
 #: Where auto measures its choice, a straggler-aware one is tried if it beats the synchronous
@@ -91,36 +108,4 @@ def priced(history, n, nbytes, tiers=None) -> dict:
     delay hides what it can of each algorithm's phase 1): what ``auto`` needs not
     measure where the margin is wide (decide/tuning.py)."""
     gap = expected_gap(history) if history else 0.0
-    if tiers is not None:
-        model = _two_tier_model(nbytes, *tiers)
-    else:
-        alpha, bandwidth = _config.model()[:2]
-        model = flat(n, nbytes, alpha, bandwidth)
-    return {name: cost.after(gap) for name, cost in model.items()}
-
-
-def _two_tier_model(nbytes, topology, links):
-    m, k = len(topology.nodes), max(len(node) for node in topology.nodes)
-    return costs(m, k, nbytes, links.alpha_intra, links.bandwidth_intra,
-                 links.alpha_inter, links.bandwidth_inter, min(len(node) for node in topology.nodes))
-
-
-def _auto_two_tier(history, nbytes, topology, links, measured=False):
-    """The fastest after arrival of native, hring, flat stragglar and hierarchical
-    (schedule/tiers.py).
-
-    Native is priced as a flat ring or recursive halving/doubling at the slower tier
-    (an MPI that does not follow the nodes); the synchronous choice is the cheaper of
-    native and hring, and a straggler-aware one must beat it by the margin, with
-    MEASURED_SLACK where the choice is then measured against the synchronous ones: the
-    measurement catches a model that is off.  (On the box's 2 hosts of 4 ranks
-    at 1 Gbit/s the model priced hring 13-24% below what it took and hierarchical at
-    it; hierarchical ran 1.2-1.3x faster, docs/LINKS.md.)
-    """
-    margin = _config.model()[2]
-    model = _two_tier_model(nbytes, topology, links)
-    gap = expected_gap(history)
-    late = predict_straggler(history, len(topology.node_of))
-    # a schedule that needs the nodes needs a second rank on the straggler's node
-    aware = modelled(True, spans_nodes=len(topology.node(late)) > 1)
-    return _aware_or(model, aware, _cheapest(model, SYNCHRONOUS), gap, margin, measured)
+    return {name: cost.after(gap) for name, cost in _model(n, nbytes, tiers).items()}

@@ -13,7 +13,8 @@ from mpi4py import MPI
 
 from ..core import tags
 from ..core.exchange import wait
-
+from ..schedule import tiers as _tiers
+from ..schedule.units import MiB
 
 
 @dataclass(frozen=True)
@@ -42,6 +43,26 @@ class Links:
     bandwidth_inter: float
 
 
+def shape(tiers):
+    """The two-tier model's arguments (schedule/tiers.py) for the library's ``tiers``
+    ((topology, links)): (nodes, ranks of the largest node, ranks of the smallest: the
+    lanes every node has, (a1, b1, a2, b2))."""
+    topology, links = tiers
+    sizes = [len(node) for node in topology.nodes]
+    return len(sizes), max(sizes), min(sizes), (links.alpha_intra, links.bandwidth_intra,
+                                                links.alpha_inter, links.bandwidth_inter)
+
+
+def costs(nbytes, tiers, n, alpha, bandwidth) -> dict:
+    """name -> schedule/tiers.Cost of ``nbytes``: on ``tiers`` when the communicator spans
+    nodes, else on one tier of ``n`` ranks (``alpha`` s, ``bandwidth`` B/s).  How auto,
+    the report and the benchmark price a communicator."""
+    if tiers is None:
+        return _tiers.flat(n, nbytes, alpha, bandwidth)
+    m, k, lanes, figures = shape(tiers)
+    return _tiers.costs(m, k, nbytes, *figures, lanes)
+
+
 def discover(comm):
     """(Topology, node communicator) of ``comm``; collective."""
     node = comm.Split_type(MPI.COMM_TYPE_SHARED, key=comm.Get_rank())
@@ -57,7 +78,7 @@ def discover(comm):
 
 #: The setup's link measurement: message sizes of the latency and bandwidth ping-pongs,
 #: the bytes every lane moves at once between nodes, and the repetitions (medians).
-_SMALL, _LARGE, _LANE_BYTES, _REPS = 8, 1 << 20, 2 << 20, 3
+_SMALL, _LARGE, _LANE_BYTES, _REPS = 8, MiB, 2 * MiB, 3
 
 
 def measure(comm, topology):

@@ -68,7 +68,7 @@ from ..core.errors import Pending
 from ..core.steps import Wait
 from ..core.lifetime import PROCESS
 from ..schedule.algorithms import TABLE, has_roles
-from .policy import expected_gap, priced
+from .policy import SYNCHRONOUS, expected_gap, priced
 
 FIRST_TRIALS = 2      # timed runs of each candidate in a class's first round (later: one)
 CLOSE = 1.5           # candidates within this factor of the fastest get a second pass...
@@ -78,7 +78,6 @@ RECHECK_LAST = 1024   # the gap doubles up to this
 SLOWER = 2.0          # a candidate this much slower than the fastest sits out every other round
 WIDE = 2.5            # a candidate the model prices this much above the cheapest is not timed
 GROWTH = 2.0          # a straggler delay this much longer than at the last round: measure again
-SYNCHRONOUS = "synchronous"   # the situation of calls whose model choice is synchronous
 #: A candidate's time from its runs (the report names it: ``STATISTIC.__name__``).
 STATISTIC = statistics.median
 
@@ -193,7 +192,8 @@ class Tuner:
     def choose(self, model_choice: str, nbytes: int, delay: float = 0.0, prices=None) -> str:
         """What this call runs: the next run of a round under way or due, else the measured
         choice (the model's before any round finished).  The situation is the model's
-        choice: synchronous, or a straggler-aware one (then it is a candidate too);
+        choice: a synchronous one (no roles; the situation is then policy.SYNCHRONOUS, the
+        synchronous choices of the model), or a straggler-aware one (then it is a candidate too);
         ``delay``: the straggler delay the model expects (seconds); ``prices``: called
         at a class's first call, the model's seconds per algorithm (``within_margin``)."""
         aware = has_roles(model_choice)
@@ -249,12 +249,12 @@ class Tuner:
         cls.runs, cls.second = {}, False
 
     def summary(self) -> dict:
-        """Per size class (its smallest size in bytes) and situation ("synchronous", or the
-        model's straggler-aware choice): what ``auto`` runs, the last round's times
+        """Per size class (its smallest size in bytes) and situation (policy.SYNCHRONOUS,
+        or the model's straggler-aware choice): what ``auto`` runs, the last round's times
         (seconds), the rounds so far, and in how many calls the next one starts (0: one
         is under way)."""
         out = {}
-        for (k, situation), c in sorted(self.classes.items()):
+        for (k, situation), c in sorted(self.classes.items(), key=lambda kv: kv[0][0]):
             out.setdefault(1 << k, {})[situation] = {
                 "algorithm": c.choice, "measured": dict(c.times), "rounds": c.rounds,
                 "next_round_in": max(c.next_round - c.calls, 0) if not c.order else 0}

@@ -27,6 +27,7 @@ from typing import Optional
 from mpi4py import MPI
 
 from .plan import Plan, compile_rounds
+from ..decide.topology import shape
 from ..schedule import PHASE1, phase1, rank_view, verify
 from ..schedule import hierarchical as _two_tier
 from ..schedule.tiers import pieces as model_pieces
@@ -72,11 +73,6 @@ def exactly_commutative(op, datatype):
     return True
 
 
-def cached():
-    """How many programs the caches hold."""
-    return sum(f.cache_info().currsize for f in (_flat, _hierarchical, _hring))
-
-
 # --- flat schedules ---------------------------------------------------------------------
 
 @lru_cache(maxsize=256)
@@ -101,7 +97,7 @@ def prepared(name, n, straggler, rank, chunks):
     straggler = n - 1 if straggler is None else straggler
     if kind is None or rank == straggler or n <= 2:
         return frozenset()
-    if kind == "reduce_scatter":
+    if kind == phase1.REDUCE_SCATTER:
         return frozenset([rank - (rank > straggler)])
     return frozenset(range(chunks))
 
@@ -131,12 +127,11 @@ def _hierarchical(nodes, straggler, rank, count, extent, in_place, commutative, 
 
 def pieces_of(seq, nbytes) -> int:
     """Pieces per slice: the model's for ``nbytes`` and the measured links."""
-    topo, links = seq.topology, seq.links
-    m, k = len(topo.nodes), max(len(node) for node in topo.nodes)
-    if links is None:
-        return _two_tier.pieces_for(m)
-    return model_pieces(m, k, nbytes, links.alpha_intra, links.bandwidth_intra,
-                        links.alpha_inter, links.bandwidth_inter)
+    tiers = seq.tiers()
+    if tiers is None:
+        return _two_tier.pieces_for(len(seq.topology.nodes))
+    m, k, _, figures = shape(tiers)
+    return model_pieces(m, k, nbytes, *figures)
 
 
 @lru_cache(maxsize=16)

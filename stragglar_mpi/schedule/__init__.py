@@ -44,10 +44,6 @@ def _verified_canonical(n: int) -> int:
     return verify_canonical(n)
 
 
-def _is_field(n: int) -> bool:
-    return n > 2 and n & (n - 1) == 0
-
-
 def verified_rounds(algorithm: str, n: int, straggler: int | None = None) -> int:
     """Rounds of the verified schedule; for StragglAR with the default straggler
     without building a whole schedule for a power of two (the field form)."""

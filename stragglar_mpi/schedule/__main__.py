@@ -6,8 +6,8 @@
     python -m stragglar_mpi.schedule show --algorithm hring --n 16 --node-size 8
     python -m stragglar_mpi.schedule verify --n 2..256
     python -m stragglar_mpi.schedule simulate --n 4,8,16,32,64,128,256 \\
-        --size 1GiB --alpha 3us --bandwidth 450GiB/s
-    python -m stragglar_mpi.schedule simulate --node-size 8 --n 16,32,128,1024 --size 1GiB \\
+        --size 1G --alpha 3us --bandwidth 450GiB/s
+    python -m stragglar_mpi.schedule simulate --node-size 8 --n 16,32,128,1024 --size 1G \\
         --alpha 3us --bandwidth 450GB/s --alpha-inter 5us --bandwidth-inter 50GB/s
 """
 from __future__ import annotations
@@ -21,7 +21,7 @@ from pathlib import Path
 from . import ALGORITHMS, ScheduleError, build, lower_bound_rounds, simulate, verified_rounds
 from .algorithms import (BY_NAME, DIRECT, HIERARCHICAL, HRING, RING, STRAGGLAR,
                          TOPOLOGY_ALGORITHMS)
-from .units import parse_bandwidth, parse_size, parse_time  # noqa: F401  (the tests read them here too)
+from .units import parse_bandwidth, parse_size, parse_time, time_in  # noqa: F401  (the tests read them here too)
 
 def parse_ns(text: str) -> list[int]:
     """'2..256', '4,8,16', '8' or a mix such as '2..8,16'; every n at least 2."""
@@ -61,13 +61,10 @@ def _positive_int(text: str) -> int:
 
 def cmd_show(args) -> int:
     for n in args.n:
-        schedule = _two_tier_schedule(args, n) if args.algorithm in _TOPOLOGY else build(
+        schedule = _two_tier_schedule(args, n) if args.algorithm in TOPOLOGY_ALGORITHMS else build(
             args.algorithm, n, args.straggler)
         print(schedule.to_json(indent=1) if args.json else schedule)
     return 0
-
-
-_TOPOLOGY = TOPOLOGY_ALGORITHMS
 
 
 def _layout(n: int, k: int, layout: str) -> tuple:
@@ -136,7 +133,7 @@ def cmd_simulate(args) -> int:
           f"times in ms, speedup = ring / stragglar")
     print("\nstraggler late enough to hide phase 1 (time after it arrives):")
     _table(names, args.n, cost, lambda n: _hiding_delay(n, *cost) if args.delay is None
-           else args.delay, "post_arrival")
+           else args.delay / 1e3, "post_arrival")
     print("\nno straggler (everyone arrives at 0; time to finish):")
     _table(names, args.n, cost, lambda n: 0.0, "finish")
     return 0
@@ -169,7 +166,7 @@ _FLAT_NAMES = tuple(a for a in reversed(_NAMES) if a != DIRECT)
 def _simulate_tiers(args) -> int:
     """Nodes of --node-size ranks (block layout), two tiers of links; the last rank late."""
     from .simulate import Tiers
-    from .tiers import costs, floor
+    from .tiers import costs, floor, pieces as model_pieces
     k = args.node_size
     bad = [n for n in args.n if n % k or n // k < 2]
     if bad:
@@ -188,7 +185,7 @@ def _simulate_tiers(args) -> int:
         tiers = Tiers(tuple(r // k for r in range(n)), a2, b2)
         model = costs(m, k, args.size, *links)
         late, prompt, extra = {}, {}, {}
-        extra["W"] = pieces = _pieces(m, k, args.size, links)
+        extra["W"] = pieces = model_pieces(m, k, args.size, *links)
         extra["floor"] = floor(m, k, args.size, args.bandwidth, b2)
         late[HRING] = prompt[HRING] = model[HRING].post_arrival
         for name in (HIERARCHICAL,) + _FLAT_NAMES:
@@ -207,11 +204,6 @@ def _simulate_tiers(args) -> int:
     for m, _, times, _ in rows:
         print(f"{m:>5} {m * k:>5} " + " ".join(f"{times[a] * 1e3:>12.3f}" for a in names))
     return 0
-
-
-def _pieces(m, k, size, links):
-    from .tiers import pieces
-    return pieces(m, k, size, *links)
 
 
 def _hierarchical(m, k, pieces):
@@ -261,7 +253,7 @@ def main(argv=None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     show = sub.add_parser("show", help="print a schedule round by round (or as JSON)")
     show.add_argument("--n", type=parse_ns, required=True, help="ranks: 8, 4,8 or 2..16")
-    show.add_argument("--algorithm", default=STRAGGLAR, choices=ALGORITHMS + _TOPOLOGY)
+    show.add_argument("--algorithm", default=STRAGGLAR, choices=ALGORITHMS + TOPOLOGY_ALGORITHMS)
     show.add_argument("--straggler", type=int, default=None, help="late rank (default n-1)")
     show.add_argument("--node-size", type=int, default=0,
                       help="ranks per node (hierarchical, hring)")
@@ -283,12 +275,13 @@ def main(argv=None) -> int:
     check.set_defaults(run=cmd_verify)
     sim = sub.add_parser("simulate", help="alpha-beta model: every algorithm, late and not late")
     sim.add_argument("--n", type=parse_ns, default=parse_ns("4,8,16,32,64,128,256"))
-    sim.add_argument("--size", type=parse_size, default=parse_size("1GiB"), help="e.g. 1GiB, 64MiB")
+    sim.add_argument("--size", type=parse_size, default="1G", help="e.g. 1G, 64M (default 1G)")
     sim.add_argument("--alpha", type=parse_time, default=parse_time("3us"), help="e.g. 3us")
     sim.add_argument("--bandwidth", type=parse_bandwidth, default=parse_bandwidth("450GiB/s"),
                      help="e.g. 450GiB/s")
-    sim.add_argument("--delay", type=parse_time, default=None,
-                     help="straggler delay, e.g. 5ms (default: just long enough to hide phase 1)")
+    sim.add_argument("--delay", type=time_in("ms"), default=None,
+                     help="straggler delay: a bare number in ms, or with a unit (5ms, 0.005s) "
+                          "(default: just long enough to hide phase 1)")
     sim.add_argument("--node-size", type=int, default=0,
                      help="ranks per node: two tiers (--alpha/--bandwidth inside a node, "
                           "--alpha-inter/--bandwidth-inter between), hierarchical algorithms")

@@ -13,14 +13,15 @@ from dataclasses import dataclass
 STRAGGLAR, HIERARCHICAL, HRING, RING, RHD, DIRECT, NATIVE = (
     "stragglar", "hierarchical", "hring", "ring", "rhd", "direct", "native")
 AUTO = "auto"                       # not a row: the library chooses (decide/policy.py)
-REDUCE_TO_OWNERS = "reduce_to_owners"
+#: What the early ranks do during the straggler's delay (the ``phase1`` column; phase1.py).
+REDUCE_SCATTER, ALLREDUCE, REDUCE_TO_OWNERS = "reduce_scatter", "allreduce", "reduce_to_owners"
 
 
 @dataclass(frozen=True)
 class Algorithm:
     name: str
-    #: what the early ranks do during the straggler's delay: None, "reduce_scatter"
-    #: (among the n-1), "allreduce" (among the n-1) or "reduce_to_owners" (chunk c
+    #: what the early ranks do during the straggler's delay: None, REDUCE_SCATTER
+    #: (among the n-1), ALLREDUCE (among the n-1) or REDUCE_TO_OWNERS (chunk c
     #: reduced over every rank but the straggler at ``schedule.owners[c]``)
     phase1: str | None
     roles: bool            # takes a straggler (a rank, "arrival" or "predict")
@@ -36,14 +37,14 @@ class Algorithm:
 
 
 TABLE = (
-    Algorithm(STRAGGLAR, "reduce_scatter", True, True, True, "any", False, True, True,
+    Algorithm(STRAGGLAR, REDUCE_SCATTER, True, True, True, "any", False, True, True,
               None, True, True),
     Algorithm(HIERARCHICAL, REDUCE_TO_OWNERS, True, True, False, "nodes", True, True, False,
               STRAGGLAR, True, True),
     Algorithm(HRING, None, False, False, False, "nodes", False, True, False, RING, True, False),
     Algorithm(RING, None, False, False, True, "any", False, True, True, None, False, False),
     Algorithm(RHD, None, False, False, True, "any", False, True, True, None, False, False),
-    Algorithm(DIRECT, "allreduce", True, True, True, "any", False, True, False,
+    Algorithm(DIRECT, ALLREDUCE, True, True, True, "any", False, True, False,
               None, False, False),
     Algorithm(NATIVE, None, False, False, False, "any", False, False, True, None, True, False),
 )

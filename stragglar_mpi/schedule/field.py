@@ -121,10 +121,3 @@ def _powers_of_primitive(L: int) -> tuple[int, ...]:
         if x == 1 and len(set(powers)) == size:
             return tuple(powers)
     raise AssertionError(f"no primitive polynomial of degree {L}")  # pragma: no cover
-
-
-def verify_field(n: int) -> int:
-    """Verify the canonical power-of-two StragglAR schedule without building it; its rounds."""
-    from .model import copy_blocks_of
-    from .verify import check_stragglar_blocks
-    return check_stragglar_blocks(n, copy_blocks_of(field_round_arrays(n)))

@@ -13,16 +13,17 @@ is cut into m chunks, chunk c belonging to position c (StragglAR's early rank c)
 
 Each chunk is reduced along one path in a fixed order, so the result depends only on
 (n, straggler): the bits are the same on every run.  The argument above is the proof;
-``verify_phase1`` checks it symbolically (tests/unit/test_phase1.py: every n up to 65).
+tests/unit/test_phase1.py checks it symbolically (every n up to 65).
 A rank's own rounds (``rank_view``) take O(m) time, so no rank builds the whole of it.
 """
 from __future__ import annotations
 
+from .algorithms import ALLREDUCE, REDUCE_SCATTER
 from .model import ScheduleError, Transfer
 
-__all__ = ["rank_view", "rounds", "verify_phase1"]
+__all__ = ["rank_view", "round_count", "rounds"]
 
-KINDS = ("reduce_scatter", "allreduce")
+KINDS = (REDUCE_SCATTER, ALLREDUCE)
 
 
 def _positions(n, straggler):
@@ -35,10 +36,15 @@ def rounds(kind, n, straggler):
     early, m = _positions(n, straggler)
     out = [[Transfer(early[p], early[(p + 1) % m], (p - 1 - k) % m, True) for p in range(m)]
            for k in range(m - 1)]
-    if kind == "allreduce":
+    if kind == ALLREDUCE:
         out += [[Transfer(early[p], early[(p + 1) % m], (p - k) % m) for p in range(m)]
                 for k in range(m - 1)]
     return out
+
+
+def round_count(kind, m):
+    """Rounds of phase 1 among ``m`` early ranks."""
+    return (m - 1) * (2 if kind == ALLREDUCE else 1)
 
 
 def rank_view(kind, n, straggler, rank):
@@ -48,40 +54,13 @@ def rank_view(kind, n, straggler, rank):
         raise ScheduleError(f"phase 1 must be one of {KINDS}, got {kind!r}")
     early, m = _positions(n, straggler)
     if rank == straggler:
-        return max(m, 1), [()] * (2 * (m - 1) if kind == "allreduce" else m - 1)
+        return max(m, 1), [()] * round_count(kind, m)
     p = early.index(rank)
     nxt, prv = early[(p + 1) % m], early[(p - 1) % m]
     mine = [(Transfer(rank, nxt, (p - 1 - k) % m, True), Transfer(prv, rank, (p - 2 - k) % m, True))
             for k in range(m - 1)]
-    if kind == "allreduce":
+    if kind == ALLREDUCE:
         mine += [(Transfer(rank, nxt, (p - k) % m), Transfer(prv, rank, (p - 1 - k) % m))
                  for k in range(m - 1)]
     return max(m, 1), mine
 
-
-def verify_phase1(kind, n, straggler, per_round, chunks):
-    """Raise ScheduleError unless ``per_round`` leaves what phase 2 expects: chunk c at
-    early position c (``reduce_scatter``) or every chunk at every early rank
-    (``allreduce``), reduced over every early rank exactly once; the straggler untouched."""
-    early, m = _positions(n, straggler)
-    full = sum(1 << r for r in early)
-    state = {r: [1 << r] * chunks for r in early}
-    for k, rnd in enumerate(per_round):
-        before = {r: list(v) for r, v in state.items()}
-        for t in rnd:
-            if t.src not in state or t.dst not in state:
-                raise ScheduleError(f"phase 1 round {k}: {t} involves the straggler or no rank")
-            have, got = before[t.dst][t.chunk], before[t.src][t.chunk]
-            if t.reduce:
-                if have & got:
-                    raise ScheduleError(f"phase 1 round {k}: {t} counts a contribution twice")
-                state[t.dst][t.chunk] |= got
-            elif got != full:
-                raise ScheduleError(f"phase 1 round {k}: {t} copies an unfinished chunk")
-            else:
-                state[t.dst][t.chunk] = got
-    for p, r in enumerate(early):
-        wanted = range(chunks) if kind == "allreduce" else [p]
-        for c in wanted:
-            if state[r][c] != full:
-                raise ScheduleError(f"after phase 1 rank {r} lacks contributions to chunk {c}")

@@ -24,6 +24,7 @@ from operator import attrgetter
 
 from .model import Schedule
 from .algorithms import PHASE1, REDUCE_TO_OWNERS
+from .phase1 import round_count
 
 __all__ = ["Simulation", "Tiers", "simulate", "phase1_of"]
 
@@ -131,7 +132,7 @@ def _phase1(schedule: Schedule, size: float, alpha: float, beta: float, ready: l
                              "pass the phase1 built for the same nodes")
         ready[:] = _run(first, size, alpha, beta, ready, tiers)
         return max(ready[r] for r in early)
-    steps = (m - 1) * (1 if kind == "reduce_scatter" else 2)
+    steps = round_count(kind, m)
     if tiers is not None:   # a flat ring among the early ranks crosses nodes in some step
         alpha, beta = max(alpha, tiers.alpha_inter), max(beta, 1.0 / tiers.bandwidth_inter)
     end = max(ready[r] for r in early) + steps * (alpha + size / m * beta)

@@ -41,6 +41,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 from .algorithms import DIRECT, HIERARCHICAL, HRING, NATIVE, RHD, RING, STRAGGLAR
+from .units import KiB
 
 __all__ = ["Cost", "costs", "flat", "floor", "hierarchical_cost", "pieces"]
 
@@ -49,7 +50,7 @@ __all__ = ["Cost", "costs", "flat", "floor", "hierarchical_cost", "pieces"]
 #: message's latency, and fewer, larger pieces win (docs/LINKS.md: 16 pieces of 1 MiB took
 #: 188-196 ms where the model's 53 took 224 on the box's 4 hosts at 1 Gbit/s); a floor of
 #: 1 MiB there made the model prefer hring at 4-8 MiB on fast links, so it stays 256 KiB.
-MIN_PIECE = 256 << 10
+MIN_PIECE = 256 * KiB
 MAX_PIECES = 64
 
 
@@ -108,7 +109,8 @@ def _phase1(k, pieces, c, across, rounds):
 def costs(m: int, k: int, s: float, a1: float, b1: float, a2: float, b2: float,
           lanes: int | None = None) -> dict:
     """name -> Cost for ``m`` nodes of ``k`` ranks (one node or one rank per node: one tier).
-    The one cost model: ``auto`` (decide/policy.py) and the report (call/report.py) read it.
+    The one cost model: ``auto``, the report and the benchmark price a communicator with
+    it through decide/topology.py ``costs``.
     ``lanes``: the smallest node's size where nodes differ (``k`` is then the largest):
     hring crosses on that many lanes only, each carrying s/lanes.
     Cached: ``auto`` prices every call, and the piece count alone is a search over up to

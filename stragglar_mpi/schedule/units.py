@@ -1,10 +1,13 @@
 """Sizes, times and bandwidths from the command line: one parser for every tool.
 
-Every flag takes the same spelling, a number and a unit (``64MiB``, ``3us``, ``450GB/s``);
+Every flag takes the same spelling, a number and a unit (``64M``, ``3us``, ``450GB/s``);
 a bare number is read in the flag's own unit, which its --help names: seconds and B/s
 for ``parse_time`` / ``parse_bandwidth``, another unit with ``time_in`` / ``bandwidth_in``
-(the benchmark's ms, us and GB/s, so that its scripts keep working).
-Errors are ``argparse.ArgumentTypeError`` so that a bad flag reads as argparse's own.
+(the benchmark's ms, us and GB/s, so that its scripts keep working; a straggler's delay
+is in ms on every command line).  Sizes are written as ``format_size`` prints them
+(``16M``: K, M and G are binary) in defaults, help and output, and as ``KiB``, ``MiB``
+and ``GiB`` in code.  Errors are ``argparse.ArgumentTypeError`` so that a bad flag reads
+as argparse's own.
 """
 from __future__ import annotations
 
@@ -12,9 +15,9 @@ import argparse
 import math
 import re
 
+KiB, MiB, GiB, TiB = 1 << 10, 1 << 20, 1 << 30, 1 << 40
 _SIZE_UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
-               "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40,
-               "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}
+               "K": KiB, "M": MiB, "G": GiB, "T": TiB, "KIB": KiB, "MIB": MiB, "GIB": GiB, "TIB": TiB}
 _TIME_UNITS = {"": 1.0, "S": 1.0, "MS": 1e-3, "US": 1e-6, "NS": 1e-9}
 
 
@@ -33,7 +36,7 @@ def _quantity(text: str, units: dict, what: str, positive: bool = False) -> floa
 
 
 def parse_size(text) -> int:
-    """Bytes from '1GiB', '64MiB', '16M', '64K', '4KB', '100': K, M, G, T and KiB ... are
+    """Bytes from '1G', '16M', '64K', '64MiB', '4KB', '100': K, M, G, T and KiB ... are
     binary, KB, MB ... decimal.  The one size parser of every command line."""
     if isinstance(text, int):
         return text

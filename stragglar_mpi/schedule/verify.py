@@ -164,7 +164,7 @@ def _precondition(s: Schedule) -> list[list[int]]:
     if s.n == 1 or PHASE1.get(s.algorithm) is None:
         return state
     early_mask = ((1 << s.n) - 1) & ~(1 << s.straggler)
-    if PHASE1[s.algorithm] == "reduce_scatter":
+    if PHASE1[s.algorithm] == PHASE1[STRAGGLAR]:      # a ReduceScatter among the early ranks
         for c, rank in enumerate(s.early):
             state[rank][c] = early_mask
     elif PHASE1[s.algorithm] == REDUCE_TO_OWNERS:

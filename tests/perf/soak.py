@@ -58,7 +58,8 @@ def snapshot(c):
     state = state_of(c)
     return {"rss_mib": round(rss_mib(), 1),
             "arrival_tables": len(PROCESS.live("arrivals")), "fds": len(os.listdir("/proc/self/fd")),
-            "history": len(state.history), "plans": programs.cached(),
+            "history": len(state.history), "plans": sum(f.cache_info().currsize for f in (
+                programs._flat, programs._hierarchical, programs._hring)),
             "scratch_mib": state._scratch.nbytes / 2**20}
 
 

@@ -77,3 +77,17 @@ def test_a_bare_number_is_read_in_the_flags_unit():
     for bad in ("nan", "-1", "3 parsec"):
         with pytest.raises(argparse.ArgumentTypeError):
             time_in("us")(bad)
+
+
+def test_a_delay_is_in_ms_and_a_size_as_format_size_prints_it_on_every_command_line():
+    """--delay reads a bare number in ms everywhere (the schedule's simulator, the demo, the
+    benchmark); size defaults are spelt as format_size prints them."""
+    from stragglar_mpi.bench._args import parse_delay, parser
+    from stragglar_mpi.schedule.units import MiB, format_size, parse_size
+    table = run(SCHEDULE + ["simulate", "--n", "4", "--delay", "5"]).stdout.splitlines()
+    assert table[4].split()[:2] == ["4", "5.000"], table          # the delay column, in ms
+    assert parse_delay("5").a == 5.0
+    args = parser().parse_args([])
+    assert (args.minbytes, args.maxbytes) == (MiB, 64 * MiB) and format_size(16 * MiB) == "16M"
+    assert parse_size("16M") == parse_size("16MiB") == 16 * MiB
+    assert "(default 16M)" in run([sys.executable, "-m", "stragglar_mpi.bench.demo", "--help"]).stdout

@@ -6,13 +6,19 @@ from mpi4py import MPI
 
 from stragglar_mpi.call import allreduce as _allreduce
 from stragglar_mpi.core.errors import Pending, StragglerTimeout
-from stragglar_mpi.core.steps import Wait, immediately
+from stragglar_mpi.core.steps import Wait
 from stragglar_mpi.run._interpreter import drive
 from stragglar_mpi.decide import roles as _roles
 from stragglar_mpi.decide.arrival import Arrival
 from stragglar_mpi.decide.policy import auto_algorithm, expected_gap, predict_straggler
 
 MiB = 1 << 20
+
+
+def immediately(value=None):
+    """A step path that waits for nothing: ``value``."""
+    return value
+    yield  # makes this a generator
 
 
 def late(rank, gap, n=4):
@@ -197,3 +203,15 @@ def test_a_late_coordinator_asks_before_it_trusts_an_old_report():
     assert drive(table.straggler()) == 0
     assert (_arrival.tags.QUERY, 3, [5]) in sent and (_arrival.tags.QUERY, 4, [5]) in sent
     assert (_arrival.tags.DECISION, 1, [0]) in sent         # down the tree: 0 feeds 1 and 2
+
+
+def test_one_function_prices_a_communicator():
+    """decide/topology.costs: the two-tier model with the nodes' sizes and the links (the
+    smallest node's ranks as hring's lanes), or one tier of n ranks."""
+    from stragglar_mpi.decide.topology import Links, Topology, costs, shape
+    from stragglar_mpi.schedule import tiers
+    nodes = ((0, 1, 2), (3, 4))
+    tiers_ = (Topology(nodes, (0, 0, 0, 1, 1)), Links(1e-6, 20e9, 5e-5, 1e9))
+    assert shape(tiers_) == (2, 3, 2, (1e-6, 20e9, 5e-5, 1e9))
+    assert costs(MiB, tiers_, 5, None, None) == tiers.costs(2, 3, MiB, 1e-6, 20e9, 5e-5, 1e9, 2)
+    assert costs(MiB, None, 5, 1e-5, 1e9) == tiers.flat(5, MiB, 1e-5, 1e9)

@@ -295,13 +295,13 @@ def test_a_measured_auto_tries_a_straggler_aware_choice_within_the_margin(monkey
     and the measured one takes hierarchical into its round (policy.MEASURED_SLACK);
     nobody late, both keep hring."""
     from stragglar_mpi.decide.arrival import Arrival
-    from stragglar_mpi.decide.policy import _two_tier_model, auto_algorithm
-    from stragglar_mpi.decide.topology import Links, Topology
+    from stragglar_mpi.decide.policy import auto_algorithm
+    from stragglar_mpi.decide.topology import Links, Topology, costs
     monkeypatch.delenv("STRAGGLAR_MODEL", raising=False)
     nodes = ((0, 1, 2, 3), (4, 5, 6, 7))
     topo = Topology(nodes, tuple(node_of(nodes)[r] for r in range(8)))
     links = Links(3e-5, 3.6e9, 5e-5, 125e6 / 4)
-    model = _two_tier_model(16 << 20, topo, links)
+    model = costs(16 << 20, (topo, links), 8, None, None)
     ratio = model["hierarchical"].post_arrival / model["hring"].post_arrival
     assert 1 / 1.05 < ratio < 1.05, ratio            # level, as the box's 2x4 rows were priced
     late_ = [Arrival(tuple(range(8)), (0.0,) * 7 + (1.0,))] * 4

@@ -1,4 +1,5 @@
-"""One fact, one place: an algorithm's name is spelled only in schedule/algorithms.py.
+"""One fact, one place: an algorithm's name (and "auto", the library's choice) is
+spelled only in schedule/algorithms.py.
 
 Every list of algorithms (auto's choices, the tuner's candidates, the report, the
 verifier, the command lines, the bench's default) is derived from the table's
@@ -14,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from stragglar_mpi.schedule.algorithms import REDUCE_TO_OWNERS, TABLE
+from stragglar_mpi.schedule.algorithms import AUTO, REDUCE_TO_OWNERS, TABLE
 
 ROOT = Path(__file__).resolve().parents[2]
 TABLE_FILE = ROOT / "stragglar_mpi" / "schedule" / "algorithms.py"
-NAMES = {a.name for a in TABLE} | {REDUCE_TO_OWNERS}
+NAMES = {a.name for a in TABLE} | {AUTO, REDUCE_TO_OWNERS}
 
 
 def sources():
@@ -79,8 +80,9 @@ def test_algorithm_names_are_spelled_only_in_the_table():
 
 @pytest.mark.parametrize("scan", [python_literals, cython_literals])
 def test_the_scan_finds_a_planted_literal(scan):
-    planted = 'def f(algo):\n    """ring is prose here"""\n    return algo == "ring" or "a ring" in algo\n'
-    assert scan(planted) == [(3, "ring")]
+    planted = ('def f(algo):\n    """ring is prose here"""\n    return algo == "ring" or "a ring" in algo\n'
+               'def g(algo="auto"):\n    return algo\n')
+    assert sorted(scan(planted)) == [(3, "ring"), (4, "auto")]
 
 
 def test_the_scan_reads_every_source():

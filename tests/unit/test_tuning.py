@@ -6,7 +6,6 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from stragglar_mpi.core.steps import immediately
 from stragglar_mpi.run._interpreter import drive
 from stragglar_mpi.decide import roles as _roles
 from stragglar_mpi.decide import tuning as _tuning
@@ -16,6 +15,14 @@ from stragglar_mpi.decide.tuning import (CLOSE_RUNS, GROWTH, RECHECK_FIRST, RECH
                                          recheck_order, size_class, timings, trial_order)
 
 MiB = 1 << 20
+
+
+def immediately(value=None):
+    """A step path that waits for nothing: ``value``."""
+    return value
+    yield  # makes this a generator
+
+
 NAMES = ("hring", "rhd", "native")
 
 
@@ -326,3 +333,18 @@ def test_pruning_keeps_the_first_calls_cheap():
                                  for _ in range(50))
     cheap, dear = total(pruned, lambda: prices), total(every, None)
     assert cheap <= 1.1 * 50 * 0.1 < dear
+
+
+def test_a_size_class_keeps_both_situations_and_the_report_names_them():
+    """The synchronous situation is policy.SYNCHRONOUS (the model's synchronous choices),
+    kept beside a straggler-aware one of the same size class; the report calls it so."""
+    from stragglar_mpi.call.report import _measured
+    from stragglar_mpi.decide.policy import SYNCHRONOUS as choices
+    assert SYNCHRONOUS is choices
+    ranks = Ranks(4)
+    loaded = {"hierarchical": 0.180, "hring": 0.150, "rhd": 0.155, "native": 1.0}
+    ranks.round(64 * MiB, loaded)
+    ranks.round(64 * MiB, loaded, "hierarchical", "hierarchical", delay=0.3)
+    assert list(ranks.tuners[0].summary()[64 * MiB]) == [SYNCHRONOUS, "hierarchical"]
+    text = "\n".join(_measured(SimpleNamespace(tuning=ranks.tuners[0])))
+    assert "from 64M, synchronous: hring (" in text and "from 64M, hierarchical: hring (" in text
