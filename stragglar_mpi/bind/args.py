@@ -24,7 +24,7 @@ class Args:
     which memory runs it, "host", "device" or "staged" (_device.route)."""
 
     __slots__ = ("n", "policy", "sendbuf", "recvbuf", "op", "in_place", "out", "src", "name",
-                 "signature", "native_from_c", "route")
+                 "signature", "native_from_c", "route", "commutes")
 
     def __init__(self, n, policy, sendbuf, recvbuf, op, in_place, out, src, name, signature,
                  native_from_c=False, route="host"):
@@ -32,6 +32,7 @@ class Args:
         self.sendbuf, self.recvbuf, self.out, self.src = sendbuf, recvbuf, out, src
         self.name, self.signature, self.native_from_c = name, signature, native_from_c
         self.route = route
+        self.commutes = exactly_commutative(op, out.datatype)   # reductions need no fixed order
 
     def unbound(self):
         """These arguments without the caller's objects (what a binding keeps)."""
@@ -126,3 +127,15 @@ def _type_name(datatype):
         return datatype.tocode()
     except Exception:
         return datatype.Get_name() or "derived"
+
+
+_ORDERED_FLOAT_OPS = {MPI.MAX.handle, MPI.MIN.handle}
+
+
+def exactly_commutative(op, datatype):
+    """Whether op(a, b) == op(b, a) bit for bit, so reductions need no fixed order."""
+    if not (op.is_predefined and datatype.is_predefined):
+        return False            # (a plan never runs these: bind sends them native)
+    if op.handle in _ORDERED_FLOAT_OPS:
+        return datatype.tocode() not in "efdgFDG"
+    return True

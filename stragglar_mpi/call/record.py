@@ -61,7 +61,7 @@ def record(seq, comm, args, decision, times, sent, tracked) -> CallRecord:
     if tracked and seq is state:
         post = t_end - (first if first is not None else t_call)
         log = seq.log if seq.log is not None else log_of(seq, args.n, comm.Get_name())
-        log.ran(seq.tracked_seq, name, straggler, args.out.count * args.out.extent, post)
+        log.ran(seq.tracked_seq, name, straggler, args.out.count * args.out.extent, post, seq.arrived)
     return rec
 
 

@@ -52,15 +52,16 @@ class Log:
         self.calls = deque(maxlen=KEPT)
         PROCESS.register("logs", self)
 
-    def ran(self, seq, name, straggler, nbytes, post_arrival):
+    def ran(self, seq, name, straggler, nbytes, post_arrival, arrived=None):
+        """Tracked call ``seq`` ran; ``arrived``: (call, its arrival record), the record of
+        an earlier call that came with this one (a record comes one tracked call late)."""
+        if arrived is not None:
+            earlier = self.pending.pop(arrived[0], None)
+            if earlier is not None:
+                self.calls.append((arrived[1], *earlier))
         self.pending[seq] = (name, straggler, nbytes, post_arrival)
         if len(self.pending) > 4:         # records lost to a timeout never come
             self.pending.pop(min(self.pending))
-
-    def arrived(self, seq, record):
-        ran = self.pending.pop(seq, None)
-        if ran is not None:
-            self.calls.append((record, *ran))
 
 
 def log_of(state, n, label="") -> Log:

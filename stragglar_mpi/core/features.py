@@ -29,20 +29,6 @@ def pieces(count):
     return [(start, min(PIECE, count - start)) for start in range(0, count, PIECE)]
 
 
-def big_type(count, datatype):
-    """``count`` elements of ``datatype`` as one element of a committed derived type
-    (PIECE-element blocks, then the rest), for messages above INT_MAX; the caller frees it."""
-    q, r = divmod(count, PIECE)
-    piece = datatype.Create_contiguous(PIECE)
-    blocks = piece.Create_contiguous(q)
-    extent = datatype.Get_extent()[1]
-    parts = ([1, r], [0, q * PIECE * extent], [blocks, datatype]) if r else ([1], [0], [blocks])
-    big = MPI.Datatype.Create_struct(*parts).Commit()
-    piece.Free()
-    blocks.Free()
-    return big
-
-
 @lru_cache(maxsize=None)
 def persistent_collectives() -> bool:
     """MPI-4 persistent collectives (``MPI_Allreduce_init``): mpi4py raises

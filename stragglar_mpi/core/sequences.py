@@ -35,8 +35,10 @@ class Sequence:
         self.history = deque(maxlen=64)   # arrival records of earlier tracked calls
         self.auto_calls = 0               # "auto" calls above the small-size cut
         self.next_pair, self.pair_gap = 1, 1  # when "auto" records arrivals next (decide/roles.sampled)
+        self.auto_memo = {}               # auto's recent model choices (decide/roles._auto)
         self.tuning = None                # auto's measured choices (decide/tuning.Tuner; blocking calls)
         self.tracked_seq = None           # arrival-table number of the last tracked call
+        self.arrived = None               # (call, arrival record) that the last tracked call read
         self.log = None                   # what tracked calls ran, for the report (blocking calls)
         self.table = None                 # this sequence's arrival table, made at its first use (arrivals)
         self._entered = (None, {})        # (tracked call, {rank: entry}) for check_given_up

@@ -44,7 +44,7 @@ stays posted), and whoever drives a call waits until one can be probed (core/ste
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 from mpi4py import MPI
@@ -61,18 +61,17 @@ _KEEP = 3               # calls whose messages and state are kept (current, prev
 
 @dataclass(frozen=True)
 class Arrival:
-    """One finished call, as every rank sees it."""
+    """One finished call, as every rank sees it: ``last``, the rank that came last, and
+    ``gap``, how long after the one before it (seconds), are worked out once here, since
+    every later decision reads them."""
     order: tuple        # ranks in arrival order
     times: tuple        # their arrival times on rank 0's clock, same order
+    last: int = field(init=False)
+    gap: float = field(init=False)
 
-    @property
-    def last(self) -> int:
-        return self.order[-1]
-
-    @property
-    def gap(self) -> float:
-        """How long the last rank came after the one before it (seconds)."""
-        return self.times[-1] - self.times[-2] if len(self.times) > 1 else 0.0
+    def __post_init__(self):
+        object.__setattr__(self, "last", self.order[-1])
+        object.__setattr__(self, "gap", self.times[-1] - self.times[-2] if len(self.times) > 1 else 0.0)
 
 
 def coordinator(previous, n):

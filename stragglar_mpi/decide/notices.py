@@ -166,16 +166,20 @@ class NoticeTable:
             notices, last = self._current, None
             if self.place == self.n - 1:
                 last = self.rank              # everyone was here before the coordinator
+            new, heard = [], notices.heard      # as arrive() polled them
             while last is None:
-                new = notices.poll()
-                if len(notices.heard) == self.n - 1:      # two came at once: the later one
-                    last = max(new or notices.heard, key=lambda r: (notices.heard[r], r))
-                elif len(notices.heard) == self.n - 2:
-                    for r in self.others:
-                        if r not in notices.heard:
+                if len(heard) == self.n - 1:      # two came at once: the later one
+                    for r in new or heard:
+                        if last is None or (heard[r], r) > (heard[last], last):
                             last = r
-                elif not (yield notices.next(deadline, self.n - 2 - len(notices.heard))):
+                elif len(heard) == self.n - 2:
+                    for r in self.others:
+                        if r not in heard:
+                            last = r
+                elif not (yield notices.next(deadline, self.n - 2 - len(heard))):
                     return None       # (waits for all it needs at once: one resume)
+                else:
+                    new = notices.poll()
             decision = np.array([self.seq, last, int(self.token)], np.int64)
             self._send(decision, self.tags[1], self.others)
             return last

@@ -6,6 +6,7 @@ from the shared table), so every rank takes the same decision.
 from __future__ import annotations
 
 from collections import Counter
+from operator import attrgetter
 
 from ..core import config as _config
 from ..schedule.algorithms import BY_NAME, NATIVE, modelled
@@ -13,6 +14,7 @@ from .topology import costs
 
 POLICIES = ("arrival", "predict")   # who plays the straggler, besides a rank given by number
 WINDOW = 8          # calls of history that a decision looks at
+_GAP = attrgetter("gap")
 SAMPLE_FIRST = 4    # while "auto" keeps choosing native, a pair of calls is recorded after
 SAMPLE_MAX = 64     # this many calls, then twice as many, ... up to SAMPLE_MAX
 
@@ -29,7 +31,7 @@ def predict_straggler(history, n):
 
 def expected_gap(history):
     """Median straggler gap (seconds) of the recent calls; 0 without history."""
-    gaps = sorted(rec.gap for rec in list(history)[-WINDOW:])
+    gaps = sorted(map(_GAP, list(history)[-WINDOW:]))
     return gaps[len(gaps) // 2] if gaps else 0.0
 
 
@@ -49,17 +51,24 @@ def synchronous_algorithm(nbytes, tiers=None):
 
 
 def _cheapest(model, names, gap=0.0):
-    """The name of least cost after ``gap``; a tie goes to the MPI's own (no schedule)."""
-    return min(names, key=lambda name: (model[name].after(gap), BY_NAME[name].schedule))
+    """The name of least cost after ``gap``; a tie goes to the MPI's own (no schedule),
+    else to the name first in ``names``."""
+    best, least = None, None
+    for name in names:
+        cost = (model[name].after(gap), BY_NAME[name].schedule)
+        if least is None or cost < least:
+            best, least = name, cost
+    return best
 
 
-def _model(n, nbytes, tiers):
-    """name -> Cost: on the measured ``tiers``, else on STRAGGLAR_MODEL's links."""
-    alpha, bandwidth = _config.model()[:2]
+def _model(n, nbytes, tiers, figures=None):
+    """name -> Cost: on the measured ``tiers``, else on STRAGGLAR_MODEL's links
+    (``figures``: that setting, read once by the caller)."""
+    alpha, bandwidth = (figures or _config.model())[:2]
     return costs(nbytes, tiers, n, alpha, bandwidth)
 
 
-def auto_algorithm(history, n, nbytes, tiers=None, measured=False):
+def auto_algorithm(history, n, nbytes, tiers=None, measured=False, figures=None):
     """"stragglar" when the expected delay hides its ReduceScatter and it then beats a
     synchronous AllReduce by the configured margin; otherwise "native".
 
@@ -70,7 +79,7 @@ def auto_algorithm(history, n, nbytes, tiers=None, measured=False):
     is the cheaper of native and hring, and a straggler-aware one must beat it by the
     margin, with MEASURED_SLACK where the choice is then measured (``measured``: auto's
     tuner times it against the synchronous ones): the measurement catches a model that
-    is off.  (On the box's 2 hosts of 4 ranks at 1 Gbit/s the model priced hring 13-24%
+    is off.  ``figures``: STRAGGLAR_MODEL, where the caller has read it.  (On the box's 2 hosts of 4 ranks at 1 Gbit/s the model priced hring 13-24%
     below what it took and hierarchical at it; hierarchical ran 1.2-1.3x faster,
     docs/LINKS.md.)
     """
@@ -78,7 +87,8 @@ def auto_algorithm(history, n, nbytes, tiers=None, measured=False):
         return NATIVE
     if not history:
         return synchronous_algorithm(nbytes, tiers)
-    model, margin = _model(n, nbytes, tiers), _config.model()[2]
+    figures = figures or _config.model()
+    model, margin = _model(n, nbytes, tiers, figures), figures[2]
     if tiers is None:
         aware, sync, measured = modelled(True, False), _cheapest(model, modelled(False, False)), False
     else:

@@ -21,7 +21,7 @@ from .tuning import picked
 from .arrival import GroupTable
 from .clock import offsets
 from .notices import NoticeTable
-from .policy import (SAMPLE_FIRST, SAMPLE_MAX, SYNCHRONOUS, auto_algorithm, predict_straggler,
+from .policy import (SAMPLE_FIRST, SAMPLE_MAX, SYNCHRONOUS, WINDOW, auto_algorithm, predict_straggler,
                      synchronous_algorithm)
 
 _CLOCK_ROUNDS = 8
@@ -96,22 +96,24 @@ def decide(seq, args, deadline=0.0):
     nbytes, roled = args.out.count * args.out.extent, name in WITH_ROLES
     if not (name == AUTO or (roled and isinstance(policy, str)) or (deadline and n > 1)):
         return _decided(seq, args, name, policy if roled else None, False)
-    if name == AUTO and not deadline and not sampled(seq, n, nbytes):
-        name = _tuning.choose(seq, synchronous_algorithm(nbytes, seq.tiers()), nbytes, n)
-        return _decided(seq, args, name, None, False)
+    if name == AUTO:
+        settings, tiers = _config.current(), seq.tiers()
+        measured = getattr(seq, "tuning", None) is not None and settings.auto_measure  # tuning.measures
+        pricing = (n, nbytes, tiers, measured, settings.model)
+        if not deadline and not sampled(seq, pricing):
+            name = _tuning.choose(seq, synchronous_algorithm(nbytes, tiers), nbytes, n, measured)
+            return _decided(seq, args, name, None, False)
     arrivals = seq.table or seq.arrivals()
     if (yield from arrivals.arrive(deadline)) is None:
         raise Pending((), "the arrival notices of the previous call")
     seq.tracked_seq = arrivals.seq
     previous = arrivals.previous()
+    seq.arrived = None if previous is None else (arrivals.seq - 1, previous)   # the report's (call/record)
     if previous is not None:
         seq.history.append(previous)
-        if seq.log is not None:
-            seq.log.arrived(arrivals.seq - 1, previous)
     try:
         if name == AUTO:
-            model = auto_algorithm(seq.history, n, nbytes, seq.tiers(), _tuning.measures(seq))
-            name = _tuning.choose(seq, model, nbytes, n)
+            name = _tuning.choose(seq, _auto(seq, seq.history, pricing), nbytes, n, measured)
         straggler = None
         if name not in WITH_ROLES:
             pass
@@ -132,6 +134,23 @@ def decide(seq, args, deadline=0.0):
     finally:
         arrivals.finish()
     return _decided(seq, args, name, straggler, True)
+
+
+def _auto(seq, history, pricing):
+    """The model's choice for ``history`` (policy.auto_algorithm, which reads its last
+    WINDOW records), kept a few calls: a call asks what the one before decided
+    (``sampled``), on the same records."""
+    recent = list(history)[-WINDOW:]
+    key = (tuple(map(id, recent)), pricing)
+    memo = seq.auto_memo
+    if key in memo:
+        return memo[key][1]
+    n, nbytes, tiers, measured, figures = pricing
+    choice = auto_algorithm(recent, n, nbytes, tiers, measured, figures)
+    if len(memo) >= 4:
+        memo.clear()
+    memo[key] = (recent, choice)        # the records stay alive: their ids stay theirs
+    return choice
 
 
 def _decided(seq, args, name, straggler, tracked):
@@ -155,7 +174,7 @@ def settle(seq, deadline=0.0):
     return arrivals.sent_in(arrivals.seq - 1)
 
 
-def sampled(seq, n, nbytes):
+def sampled(seq, pricing):
     """Whether an "auto" call reads and writes the arrival table.
 
     Calls are recorded in pairs (the second call of a pair reads the first one's
@@ -163,13 +182,12 @@ def sampled(seq, n, nbytes):
     starts at SAMPLE_FIRST calls and doubles up to SAMPLE_MAX.  Once the newest record
     shows a delay that would pay, every call is recorded until the history decides, and
     the gap starts over.  Every rank counts the same calls and reads the same records,
-    so all agree.
+    so all agree.  ``pricing``: (n, bytes, tiers, measured, STRAGGLAR_MODEL) of the call.
     """
     seq.auto_calls += 1
     calls, history = seq.auto_calls, seq.history
-    tiers, measured = seq.tiers(), _tuning.measures(seq)
-    if not history or (auto_algorithm([history[-1]], n, nbytes, tiers, measured) not in SYNCHRONOUS
-                       or auto_algorithm(history, n, nbytes, tiers, measured) not in SYNCHRONOUS):
+    if not history or (_auto(seq, [history[-1]], pricing) not in SYNCHRONOUS
+                       or _auto(seq, history, pricing) not in SYNCHRONOUS):
         seq.next_pair, seq.pair_gap = calls + SAMPLE_FIRST, SAMPLE_FIRST
         return True
     if calls == seq.next_pair + 1:

@@ -6,6 +6,8 @@ found once per communicator, when its state is set up (every rank takes part).
 """
 from __future__ import annotations
 
+from functools import lru_cache
+
 from dataclasses import dataclass
 
 import numpy as np
@@ -53,10 +55,12 @@ def shape(tiers):
                                                 links.alpha_inter, links.bandwidth_inter)
 
 
+@lru_cache(maxsize=256)
 def costs(nbytes, tiers, n, alpha, bandwidth) -> dict:
     """name -> schedule/tiers.Cost of ``nbytes``: on ``tiers`` when the communicator spans
     nodes, else on one tier of ``n`` ranks (``alpha`` s, ``bandwidth`` B/s).  How auto,
-    the report and the benchmark price a communicator."""
+    the report and the benchmark price a communicator.  Cached (auto prices every call):
+    the dict is shared, never changed."""
     if tiers is None:
         return _tiers.flat(n, nbytes, alpha, bandwidth)
     m, k, lanes, figures = shape(tiers)

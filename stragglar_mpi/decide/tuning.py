@@ -67,7 +67,7 @@ from ..core.collective import issue
 from ..core.errors import Pending
 from ..core.steps import Wait
 from ..core.lifetime import PROCESS
-from ..schedule.algorithms import TABLE, has_roles
+from ..schedule.algorithms import TABLE, WITH_ROLES
 from .policy import SYNCHRONOUS, expected_gap, priced
 
 FIRST_TRIALS = 2      # timed runs of each candidate in a class's first round (later: one)
@@ -196,7 +196,7 @@ class Tuner:
         synchronous choices of the model), or a straggler-aware one (then it is a candidate too);
         ``delay``: the straggler delay the model expects (seconds); ``prices``: called
         at a class's first call, the model's seconds per algorithm (``within_margin``)."""
-        aware = has_roles(model_choice)
+        aware = model_choice in WITH_ROLES
         key = (size_class(nbytes), model_choice if aware else SYNCHRONOUS)
         cls = self.classes.get(key)
         if cls is None:
@@ -272,12 +272,13 @@ def measures(seq) -> bool:
     return getattr(seq, "tuning", None) is not None and _config.current().auto_measure
 
 
-def choose(seq, model_choice: str, nbytes: int, n: int) -> str:
+def choose(seq, model_choice: str, nbytes: int, n: int, measured=None) -> str:
     """What an ``auto`` call runs, given the cost model's choice (that choice itself when
     the sequence has no tuner, or with STRAGGLAR_AUTO_MEASURE=0).  Only the blocking
     calls measure: a nonblocking operation's lane has no tuner (its agreement would be
-    a collective outside its turn), so it runs the model's choice."""
-    if not measures(seq):
+    a collective outside its turn), so it runs the model's choice.  ``measured``:
+    ``measures(seq)``, where the caller has it."""
+    if not (measures(seq) if measured is None else measured):
         return model_choice
     tuner = seq.tuning
     prices = lambda: priced(seq.history, n, nbytes, seq.tiers())  # noqa: E731

@@ -24,8 +24,6 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Optional
 
-from mpi4py import MPI
-
 from .plan import Plan, compile_rounds
 from ..decide.topology import shape
 from ..schedule import PHASE1, phase1, rank_view, verify
@@ -37,7 +35,6 @@ from ..schedule.algorithms import HIERARCHICAL, HRING
 #: (nodes, straggler, pieces); above, it builds only its own slice of each (the tests
 #: verify the construction on block, cyclic and unequal layouts).
 VERIFY_UP_TO = 256
-_ORDERED_FLOAT_OPS = {MPI.MAX.handle, MPI.MIN.handle}
 
 
 @dataclass(frozen=True)
@@ -54,23 +51,13 @@ class Program:
 def program(seq, name, straggler, args):
     """This rank's ``Program`` of algorithm ``name`` (not native) for the call's ``args``."""
     comm, out = seq.private, args.out
-    key = (comm.Get_rank(), out.count, out.extent, args.in_place,
-           exactly_commutative(args.op, out.datatype))
+    key = (comm.Get_rank(), out.count, out.extent, args.in_place, args.commutes)
     if name == HIERARCHICAL:
         nodes = seq.topology.nodes
         return _hierarchical(nodes, straggler, *key, pieces_of(seq, out.count * out.extent))
     if name == HRING:
         return _hring(seq.topology.nodes, *key)
     return _flat(name, comm.Get_size(), straggler, *key, out.datatype.handle)
-
-
-def exactly_commutative(op, datatype):
-    """Whether op(a, b) == op(b, a) bit for bit, so reductions need no fixed order."""
-    if not op.is_predefined:
-        return False
-    if op.handle in _ORDERED_FLOAT_OPS:
-        return datatype.tocode() not in "efdgFDG"
-    return True
 
 
 # --- flat schedules ---------------------------------------------------------------------

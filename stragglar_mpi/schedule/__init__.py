@@ -37,7 +37,7 @@ def build(algorithm: str, n: int, straggler: int | None = None) -> Schedule:
 def _verified_canonical(n: int) -> int:
     """StragglAR with straggler n-1, verified once per n; its rounds.  Checked as NumPy
     copy columns round by round (stragglar.verify_canonical), without Transfer objects for
-    powers of two and for the NumPy greedy."""
+    powers of two and for the greedy."""
     if not isinstance(n, int) or n < 1:
         raise ScheduleError(f"n must be an int >= 1, got {n!r}")
     from .stragglar import verify_canonical
@@ -64,7 +64,7 @@ def rank_view(algorithm: str, n: int, straggler: int | None, rank: int):
     canonical early label i is real rank i, or i+1 at and above the straggler.
     For a power of two no whole schedule is built: O(rounds) time and memory.  Other
     n: ``rank_rounds`` verifies what it slices (the canonical schedule up to 256, one
-    checked pass of the NumPy greedy above).
+    checked pass of the greedy above).
     """
     if algorithm != STRAGGLAR:
         chunks, slices = _slices(algorithm, n, straggler)

@@ -7,6 +7,7 @@ the verifier, the simulator, the demo and the benchmark read these rows.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 
 #: The names, each spelled once: code that compares against one algorithm uses these.
@@ -74,6 +75,7 @@ SHOWN = tuple(a.name for a in sorted((a for a in TABLE if a.shown),
                                      key=lambda a: (a.straggler_aware, a.schedule)))
 
 
+@lru_cache(maxsize=None)
 def modelled(roles: bool, spans_nodes: bool) -> tuple:
     """What auto's cost model chooses from: the synchronous rows (``roles`` False) or the
     straggler-aware ones; those that need several nodes only when ``spans_nodes``."""

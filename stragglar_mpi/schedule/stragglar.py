@@ -8,7 +8,7 @@ reduced chunk.  ``synthesize`` relabels for any other straggler.
 Three constructions, each in its module; this one picks the construction for n, caches
 and relabels it, and slices it per rank: the field form for powers of two (``field.py``,
 a proof, O(1) per rank and round); the augmenting greedy (``augmenting.py``) with its
-stored seeds up to ``AUGMENTING_MAX``; the NumPy greedy (``greedy.py``) above it,
+stored seeds up to ``AUGMENTING_MAX``; the greedy (``greedy.py``, compiled) above it,
 checked round by round as it is produced.
 """
 from __future__ import annotations
@@ -26,7 +26,7 @@ from .model import Schedule, ScheduleError, Transfer, gc_paused
 __all__ = ["synthesize", "lower_bound_rounds", "rank_rounds", "copy_blocks", "copy_columns"]
 
 #: Up to this n (not a power of two) the augmenting greedy builds the schedule, with the
-#: seeds of data/seeds.json; above it the NumPy greedy of greedy.py (about n^2 log n
+#: seeds of data/seeds.json; above it the greedy of greedy.py (compiled) (about n^2 log n
 #: instead of n^3, at most a round or two longer).
 AUGMENTING_MAX = 256
 
@@ -65,7 +65,7 @@ def _construct(n: int) -> Schedule:
         rounds = _as_transfers(greedy_rounds(n, _seeds().get(n, 0)), n - 1)
     else:
         rounds = _as_transfers((zip(*(col.tolist() for col in cols))
-                                for cols in _numpy_greedy(n)), n - 1)
+                                for cols in _greedy_rounds(n)), n - 1)
     return Schedule(STRAGGLAR, n, n - 1, n - 1, rounds)
 
 
@@ -73,7 +73,7 @@ def _is_field(n: int) -> bool:
     return n > 2 and n & (n - 1) == 0
 
 
-def _numpy_greedy(n: int):
+def _greedy_rounds(n: int):
     from .greedy import copy_rounds
     return copy_rounds(n, _seeds("numpy").get(n, 0))
 
@@ -91,7 +91,7 @@ def copy_columns(n: int):
     if _is_field(n):
         return field_round_arrays(n)
     if n > AUGMENTING_MAX:
-        return _numpy_greedy(n)
+        return _greedy_rounds(n)
     rounds = _canonical(n).rounds
     return ((np.array([t.src for t in rnd if not t.reduce], dtype=np.int64),
              np.array([t.dst for t in rnd if not t.reduce], dtype=np.int64),
@@ -229,7 +229,7 @@ def verify_canonical(n: int) -> int:
     """Verify the canonical StragglAR schedule (straggler n-1) of any n; its rounds.
 
     Checked as copy columns round by round (``checked_copy_blocks``): the field form
-    and the NumPy greedy never build ``Transfer`` objects, so this is O(n^2) time and
+    and the greedy never build ``Transfer`` objects, so this is O(n^2) time and
     n^2 bytes of state whatever n.
     """
     from .verify import check_stragglar_blocks, verify

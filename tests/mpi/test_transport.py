@@ -6,7 +6,7 @@ import pytest
 from mpi4py import MPI
 
 import stragglar_mpi
-from stragglar_mpi.call import allreduce as _allreduce
+from stragglar_mpi.call import _entry
 from stragglar_mpi.run import _interpreter
 from stragglar_mpi.run.plan import COLUMNS, IN, OUT, RECV, REDUCE, SCRATCH, SEND, Plan
 
@@ -15,7 +15,7 @@ def test_installed_package_loads_the_compiled_extensions():
     if os.environ.get("SMPI_TEST_INSTALLED"):
         assert "site-packages" in stragglar_mpi.__file__, stragglar_mpi.__file__
         assert "site-packages" in _interpreter.__file__, _interpreter.__file__
-        assert "site-packages" in _allreduce._entry.__file__, _allreduce._entry.__file__
+        assert "site-packages" in _entry.__file__, _entry.__file__
 
 
 class Rounds:

@@ -129,3 +129,11 @@ def test_every_algorithm_of_the_table_is_a_choice(setenv):
         assert has_roles(row.name) == row.roles and row.name not in SCHEDULE_ONLY, row
         setenv(STRAGGLAR_ALGO=row.name)
         assert _config.algorithm(AUTO) == _config.algorithm(None) == row.name
+
+
+def test_the_exit_is_bounded_under_bad_settings(setenv):
+    """STRAGGLAR_EXIT_TIMEOUT, or its one default (KNOBS) where the settings do not read."""
+    assert setenv(STRAGGLAR_EXIT_TIMEOUT="5").exit_timeout == _config.exit_timeout() == 5
+    with pytest.raises(ValueError):
+        setenv(STRAGGLAR_TIMEOUT="soon")
+    assert _config.exit_timeout() == _config.read({}).exit_timeout == 60

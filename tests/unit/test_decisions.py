@@ -5,6 +5,7 @@ import pytest
 from mpi4py import MPI
 
 from stragglar_mpi.call import allreduce as _allreduce
+from stragglar_mpi.core import config as _config
 from stragglar_mpi.core.errors import Pending, StragglerTimeout
 from stragglar_mpi.core.steps import Wait
 from stragglar_mpi.run._interpreter import drive
@@ -48,7 +49,7 @@ class Table:
 
 
 def state_with(table):
-    state = SimpleNamespace(arrivals=lambda: table, table=None, tracked_seq=None, history=[], log=None,
+    state = SimpleNamespace(arrivals=lambda: table, table=None, tracked_seq=None, history=[], log=None, auto_memo={},
                             broken=None, bindings=None, tiers=lambda: None,
                             absent_ranks_steps=lambda: immediately([2]),
                             scratch=lambda nbytes: bytearray(nbytes))
@@ -147,9 +148,10 @@ def test_unsampled_auto_calls_across_nodes_run_the_synchronous_choice(monkeypatc
     tiers = _two_nodes((1e-6, 20e9, 5e-5, 1e9))
     prompt = Arrival(tuple(range(8)), (0.0,) * 8)
     state = SimpleNamespace(auto_calls=0, history=[prompt] * 4, next_pair=100, pair_gap=4,
-                            tiers=lambda: tiers, topology=tiers[0])
+                            tiers=lambda: tiers, topology=tiers[0], auto_memo={})
     # hring is synchronous: the pairs thin out as they do for native...
-    assert not _roles.sampled(state, 8, 64 * MiB)
+    pricing = (8, 64 * MiB, tiers, False, _config.read({}).model)
+    assert not _roles.sampled(state, pricing)
     # ...and a call that is not sampled runs the synchronous choice, not native
     state.arrivals = lambda: pytest.fail("an unsampled call reads no arrival table")
     assert roles(state, "auto", "arrival", 64 * MiB, 8) == ("hring", None)

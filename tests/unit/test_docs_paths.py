@@ -33,6 +33,7 @@ def defines(module: Path, name: str) -> bool:
 
 
 def problems(text):
+    text = text.replace("<br/>", " ")       # the picture's line breaks (Mermaid)
     found = []
     for folder, stem, dotted in references(text):
         if not stem:                                  # a room or folder: `run/`

@@ -1,20 +1,22 @@
 """When "auto" records arrivals: pairs that thin out while native wins, every call once a delay pays."""
 from types import SimpleNamespace
 
+from stragglar_mpi.core import config as _config
 from stragglar_mpi.decide import roles as _roles
 from stragglar_mpi.decide.arrival import Arrival
 from stragglar_mpi.decide.policy import SAMPLE_MAX
 
 N, NBYTES = 8, 64 << 20
+PRICING = (N, NBYTES, None, False, _config.read({}).model)    # one tier, not measured, the default model
 QUIET = Arrival(tuple(range(N)), (0.0,) * N)
 LATE = Arrival(tuple(range(N)), (0.0,) * (N - 1) + (1.0,))     # the last rank 1 s late
 
 
 def tracked_calls(calls, record_for):
-    state = SimpleNamespace(auto_calls=0, history=[], next_pair=1, pair_gap=1, tiers=lambda: None)
+    state = SimpleNamespace(auto_calls=0, history=[], next_pair=1, pair_gap=1, auto_memo={})
     tracked = []
     for call in range(1, calls + 1):
-        if _roles.sampled(state, N, NBYTES):
+        if _roles.sampled(state, PRICING):
             tracked.append(call)
             state.history.append(record_for(call))
     return tracked

@@ -266,7 +266,7 @@ def test_roles_asks_the_tuner_with_the_model_choice(monkeypatch):
     quiet = Arrival(tuple(range(8)), (0.0,) * 8)
     late = Arrival(tuple(range(8)), (0.0,) * 7 + (1.0,))
     tuner = Tuner(candidates(False), clock=lambda: 0.0)
-    state = SimpleNamespace(auto_calls=0, history=[quiet] * 4, next_pair=100, pair_gap=4, table=None,
+    state = SimpleNamespace(auto_calls=0, history=[quiet] * 4, next_pair=100, pair_gap=4, table=None, auto_memo={},
                             tiers=lambda: None, tuning=tuner, log=None)
     state.arrivals = lambda: pytest.fail("an unsampled call reads no arrival table")
     first = trial_order(candidates(False), "native")
