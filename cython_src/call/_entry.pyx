@@ -64,6 +64,7 @@ cdef object _Datatype = _MPI.Datatype
 cdef object _IN_PLACE = _MPI.IN_PLACE
 cdef object _BottomType = type(_MPI.BOTTOM)
 cdef int _keyval = KEYVAL          # the communicator attribute that holds the library's state
+cdef long long[::1] _EPOCH = _config.EPOCH   # the settings' epoch, read in C (-1: none in force)
 cdef tuple _ARGS_FIELDS = Args.__slots__
 
 
@@ -357,10 +358,7 @@ cdef object _call(object comm, object sendbuf, object recvbuf, object op, object
     cdef Py_buffer sview, rview
     cdef Binding b = None
     cdef Bindings bs = None
-    cdef long epoch = -1
-    settings = _config._current      # the settings in force (None before the first read)
-    if settings is not None:
-        epoch = settings.epoch
+    cdef long epoch = _EPOCH[0]
     cdef bint readable = read_form(recvbuf, True, &recv, &rview)
     if readable and not _read_send(sendbuf, &send, &sview):
         PyBuffer_Release(&rview)
@@ -381,7 +379,8 @@ cdef object _call(object comm, object sendbuf, object recvbuf, object op, object
             return _native(bs, b, <MPI.Comm>comm, &send, &recv)
         finally:
             _release(&send, &sview, &rview)
-    return _repeat(comm, state, _bound(b, sendbuf, recvbuf, &send, &recv, &sview, &rview), settings)
+    return _repeat(comm, state, _bound(b, sendbuf, recvbuf, &send, &recv, &sview, &rview),
+                   _config._current)
 
 
 cdef inline void _release(Form *send, Py_buffer *sview, Py_buffer *rview):

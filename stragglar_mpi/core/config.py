@@ -13,6 +13,7 @@ and the checks all come from it.
 from __future__ import annotations
 
 import math
+from array import array
 import os
 import threading
 from dataclasses import dataclass, field, fields
@@ -172,6 +173,9 @@ assert [f.name for f in fields(Settings)][:-1] == [k.field for k in KNOBS]
 
 _current: Settings | None = None
 _epoch = 0
+#: The epoch of the settings in force, -1 while none are valid: a cell that the compiled
+#: entry reads in C on every call (its bindings carry the epoch they were made in).
+EPOCH = array("q", [-1])
 _lock = threading.Lock()
 
 
@@ -191,13 +195,14 @@ def configure(environ=None) -> Settings:
 
     Calls already bound to earlier settings see the new ones: the epoch changes, and
     every binding of the compiled entry carries the epoch it was made in (the entry
-    reads ``_current`` at each call; None while a read is under way or failed).
+    reads ``EPOCH`` at each call; -1 while a read is under way or failed).
     """
     global _current, _epoch
     with _lock:
         _epoch += 1
-        _current = None              # a bad read leaves nothing behind: later calls raise too
+        _current, EPOCH[0] = None, -1    # a bad read leaves nothing behind: later calls raise too
         _current = read(environ, _epoch)
+        EPOCH[0] = _epoch
         return _current
 
 
