@@ -11,6 +11,7 @@ import numpy as np
 from mpi4py import MPI
 
 from ..core import config as _config
+from ..core.errors import did_you_mean
 from ..memory import device as _device
 from ..memory.buffers import Message, messages
 from ..decide.algorithm import for_arguments
@@ -73,7 +74,8 @@ def check_straggler(straggler, n):
         return "arrival"
     if isinstance(straggler, str):
         if straggler not in POLICIES:
-            raise ValueError(f"straggler must be a rank, 'arrival' or 'predict'; got {straggler!r}")
+            raise ValueError(f"straggler must be a rank, 'arrival' or 'predict'; got {straggler!r}"
+                             + did_you_mean(straggler, POLICIES))
         return straggler
     if isinstance(straggler, (bool, np.bool_)) or not isinstance(straggler, (int, np.integer)):
         raise TypeError(f"straggler must be a rank (int), 'arrival', 'predict' or None, "

@@ -13,13 +13,14 @@ and the checks all come from it.
 from __future__ import annotations
 
 import math
-from array import array
 import os
 import threading
+from array import array
 from dataclasses import dataclass, field, fields
 from typing import Callable
 
 from ..schedule.algorithms import AUTO, CHOICES as ALGORITHMS
+from .errors import did_you_mean
 PREFIX = "STRAGGLAR_"
 
 
@@ -229,7 +230,8 @@ def algorithm(requested, settings=None) -> str:
     forced = (settings or current()).algo
     name = forced or (requested if requested is not None else AUTO)
     if not isinstance(name, str) or name.lower() not in ALGORITHMS:
-        raise ValueError(f"algorithm must be one of {', '.join(ALGORITHMS)}; got {name!r}")
+        raise ValueError(f"algorithm must be one of {', '.join(ALGORITHMS)}; got {name!r}"
+                         + did_you_mean(name, ALGORITHMS))
     return name.lower()
 
 

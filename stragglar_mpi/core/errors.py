@@ -1,5 +1,8 @@
-"""Errors raised on every waiting rank when a call cannot complete."""
+"""Errors raised on every waiting rank when a call cannot complete, and the wording of
+a wrong name."""
 from __future__ import annotations
+
+import difflib
 
 
 class StragglerTimeout(TimeoutError):
@@ -72,3 +75,9 @@ def size_message(peer, rnd, want, got, datatype, ierr=None):
         from mpi4py import MPI
         text += f" [MPI: {MPI.Exception(MPI.Exception(ierr).Get_error_class()).Get_error_string()}]"
     return text
+
+
+def did_you_mean(given, choices) -> str:
+    """``"; did you mean 'x'?"`` for the choice closest to a wrong name, else ``""``."""
+    close = difflib.get_close_matches(str(given).lower(), list(choices), n=1, cutoff=0.6)
+    return f"; did you mean {close[0]!r}?" if close else ""

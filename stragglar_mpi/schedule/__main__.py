@@ -59,11 +59,18 @@ def _positive_int(text: str) -> int:
     return value
 
 
+LEGEND = """\
+legend: Rt = round t; cK:a->b = rank a sends chunk K to rank b, which keeps it (a copy);
+        cK:a=>b = rank a sends its partial of chunk K to rank b, which reduces it into its own"""
+
+
 def cmd_show(args) -> int:
     for n in args.n:
         schedule = _two_tier_schedule(args, n) if args.algorithm in TOPOLOGY_ALGORITHMS else build(
             args.algorithm, n, args.straggler)
         print(schedule.to_json(indent=1) if args.json else schedule)
+    if not args.json:
+        print(LEGEND)
     return 0
 
 

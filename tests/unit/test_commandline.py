@@ -91,3 +91,12 @@ def test_a_delay_is_in_ms_and_a_size_as_format_size_prints_it_on_every_command_l
     assert (args.minbytes, args.maxbytes) == (MiB, 64 * MiB) and format_size(16 * MiB) == "16M"
     assert parse_size("16M") == parse_size("16MiB") == 16 * MiB
     assert "(default 16M)" in run([sys.executable, "-m", "stragglar_mpi.bench.demo", "--help"]).stdout
+
+
+def test_schedule_show_explains_its_notation():
+    """``show`` ends with a legend of what a round's entries mean; ``--json`` stays pure JSON."""
+    proc = run(SCHEDULE + ["show", "--n", "4"])
+    assert proc.returncode == 0 and "R0:" in proc.stdout and "c0:0=>3" in proc.stdout
+    legend = proc.stdout.strip().splitlines()[-2:]
+    assert legend[0].startswith("legend:") and "->" in legend[0] and "=>" in legend[1]
+    assert "legend" not in run(SCHEDULE + ["show", "--n", "4", "--json"]).stdout

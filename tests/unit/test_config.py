@@ -93,8 +93,17 @@ def test_good_values(key, value, field, want):
 
 
 def test_a_bad_algorithm_argument_names_the_choices():
-    with pytest.raises(ValueError, match="algorithm must be one of"):
+    with pytest.raises(ValueError, match="algorithm must be one of") as caught:
         _config.algorithm("fastest")
+    assert "did you mean" not in str(caught.value)          # nothing is close to it
+    with pytest.raises(ValueError, match="got 'stragglr'; did you mean 'stragglar'"):
+        _config.algorithm("stragglr")
+
+
+def test_a_bad_straggler_policy_names_the_closest():
+    from stragglar_mpi.bind.args import check_straggler
+    with pytest.raises(ValueError, match="got 'arival'; did you mean 'arrival'"):
+        check_straggler("arival", 4)
 
 
 def test_the_settings_table_is_the_knob_list():
