@@ -79,7 +79,7 @@ def report(comm, file=None, root=0) -> str:
     label = comm.Get_name() if isinstance(comm, MPI.Comm) else str(comm)
     text = render(log, comm.Get_size(), label)
     if root is None or comm.Get_rank() == root:
-        print(text, file=file or sys.stdout, flush=True)
+        _say(text, file or sys.stdout)
     return text
 
 
@@ -161,7 +161,14 @@ def _at_exit():
     if not wanted or MPI.Is_finalized() or MPI.COMM_WORLD.Get_rank() != 0:
         return
     for log in sorted(PROCESS.live("logs"), key=lambda g: g.label):
-        print(render(log, log.n, log.label), flush=True)
+        _say(render(log, log.n, log.label), sys.stdout)
 
 
 PROCESS.on_exit(REPORT, _at_exit)
+
+
+def _say(text, file):
+    """``text`` and its newline in one write: print() writes them apart when
+    PYTHONUNBUFFERED=1, and mpiexec may put another rank's line between them."""
+    file.write(text + "\n")
+    file.flush()
