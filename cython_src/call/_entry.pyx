@@ -13,12 +13,15 @@ for those arguments (``_args.check``) and the decision they lead to.  Every
 communicator's state keeps a few bindings (least recently used goes first), so
 buffers that take turns, like gradient buckets, all hit.
 
-- a hit whose decision is native (no timeout) is one ``MPI_Allreduce`` from C,
-  with the GIL released;
+- a hit whose decision is native is one ``MPI_Allreduce`` from C, with the GIL
+  released (under STRAGGLAR_TIMEOUT an ``MPI_Iallreduce`` tested until the deadline);
 - any other hit hands the kept ``Args``, bound to this call's memory, to the run;
 - a miss (or a spec this file does not read: ``None`` or ``MPI.BOTTOM`` as the
   buffer, device arrays, a count that is not an ``int`` ...) runs the full checks
   in Python, and keeps a binding when the call may repeat.
+
+Every call opens a flight record here (call/flight.py, _flight.pxi): a native hit
+writes all of it in C, any other call's record is filled in by the Python path.
 
 A late rank runs this right after it wakes up, while the others poll: every
 microsecond of CPU here is several of wall time on an oversubscribed node.
@@ -27,10 +30,12 @@ from cpython.buffer cimport (PyObject_GetBuffer, PyBuffer_Release, PyBUF_ANY_CON
                              PyBUF_FORMAT, PyBUF_WRITABLE)
 from cpython.object cimport PyObject
 from cpython.sequence cimport PySequence_Fast_GET_ITEM, PySequence_Fast_GET_SIZE
-from libc.string cimport memcpy, strcmp, strlen
+from libc.stdlib cimport free, malloc
+from libc.string cimport memcpy, memset, strcmp, strlen
 from mpi4py cimport MPI
-from mpi4py.libmpi cimport (MPI_Comm, MPI_Comm_get_attr, MPI_Count, MPI_Datatype,
-                            MPI_Op, MPI_IN_PLACE, MPI_SUCCESS, MPI_Wtime, MPI_DATATYPE_NULL)
+from mpi4py.libmpi cimport (MPI_Comm, MPI_Comm_get_attr, MPI_Count, MPI_Datatype, MPI_Iallreduce,
+                            MPI_Op, MPI_IN_PLACE, MPI_Request, MPI_REQUEST_NULL, MPI_STATUS_IGNORE,
+                            MPI_SUCCESS, MPI_Test, MPI_Wtime, MPI_DATATYPE_NULL)
 
 from mpi4py import MPI as _MPI
 
@@ -38,7 +43,10 @@ from ..bind.args import Args
 from ..core import config as _config
 from ..core.state import KEYVAL
 from ..memory.buffers import Message
-from .allreduce import call as _miss, repeat as _repeat
+from . import flight as _flight
+from .allreduce import call as _miss, repeat as _repeat, timed_out_natively as _timed_out
+
+include "_flight.pxi"
 
 cdef extern from "mpi_compat.h" nogil:
     int smpi_allreduce(const void *, void *, MPI_Count, MPI_Datatype, MPI_Op, MPI_Comm)
@@ -223,6 +231,15 @@ cdef class Binding:
     cdef MPI_Datatype datatype
     cdef MPI_Op mpi_op
     cdef unsigned long used
+    cdef long long[::1] cell               # its communicator's flight code, calls, rank
+    cdef int op_code, dtype_code, algo_code
+    cdef double timeout                    # a native call's STRAGGLAR_TIMEOUT (0: none)
+    cdef char *scratch                     # where a timed native call reduces
+    cdef object pending                    # its request, when it timed out
+    cdef Py_ssize_t nbytes
+
+    def __dealloc__(self):
+        free(self.scratch)
 
     cdef bint matches(self, Form *send, Form *recv, object op, object straggler, object algorithm,
                       long epoch):
@@ -300,18 +317,55 @@ cdef object _state(object comm):
     return <object>value
 
 
-cdef object _native(Bindings bs, Binding b, MPI.Comm comm, Form *send, Form *recv):
+cdef object _native(Bindings bs, Binding b, MPI.Comm comm, Form *send, Form *recv, double t_call,
+                    long long serial, object state):
     cdef int ierr
-    cdef double t_call = MPI_Wtime()
     cdef void *sbuf = MPI_IN_PLACE if send.shape == IN_PLACE else <void *>(send.address + b.send_offset)
     cdef void *rbuf = <void *>(recv.address + b.recv_offset)
-    with nogil:
-        ierr = _allreduce(sbuf, rbuf, b.count, b.datatype, b.mpi_op, comm.ob_mpi)
+    if b.timeout > 0:
+        ierr = _timed(b, comm, sbuf, rbuf, t_call + b.timeout)
+        if ierr == -1:
+            raise _timed_out(state, serial, b.timeout, _given_up(b))
+    else:
+        with nogil:
+            ierr = _allreduce(sbuf, rbuf, b.count, b.datatype, b.mpi_op, comm.ob_mpi)
     if ierr != MPI_SUCCESS:
-        raise _MPI.Exception(ierr)
+        error = _MPI.Exception(ierr)
+        _flight.failed(serial, error)
+        raise error
     bs.native_calls += 1
     bs.t_call, bs.t_end, bs.policy, bs.last_was_hit = t_call, MPI_Wtime(), b.args.policy, True
+    _closed(serial, bs.t_end)
     return None
+
+
+cdef int _timed(Binding b, MPI.Comm comm, void *sbuf, void *rbuf, double until) except -2:
+    """A native call under STRAGGLAR_TIMEOUT: MPI_Iallreduce on the caller's communicator
+    (where its untimed repeats and misses run too) into the binding's scratch, tested
+    until ``until`` (-1: it passed), copied out on success: a request that times out
+    writes there, never into the caller's buffer."""
+    cdef int ierr
+    cdef MPI_Request request = MPI_REQUEST_NULL
+    memcpy(b.scratch, rbuf if sbuf == MPI_IN_PLACE else sbuf, b.nbytes)
+    with nogil:
+        ierr = MPI_Iallreduce(MPI_IN_PLACE, b.scratch, <int>b.count, b.datatype, b.mpi_op,
+                              comm.ob_mpi, &request)
+        if ierr == MPI_SUCCESS:
+            ierr = _poll(&request, until)
+    if ierr == -1:
+        b.pending = _MPI.Request()
+        (<MPI.Request>b.pending).ob_mpi = request
+    elif ierr == MPI_SUCCESS:
+        memcpy(rbuf, b.scratch, b.nbytes)
+    return ierr
+
+
+cdef object _given_up(Binding b):
+    """What a timed-out native call leaves to MPI for good: its request and scratch (the
+    binding no longer frees it)."""
+    kept = (b.pending, <size_t>b.scratch)
+    b.scratch, b.pending = NULL, None
+    return kept
 
 
 cdef object _bound(Binding b, object sendbuf, object recvbuf, Form *send, Form *recv,
@@ -359,6 +413,8 @@ cdef object _call(object comm, object sendbuf, object recvbuf, object op, object
     cdef Binding b = None
     cdef Bindings bs = None
     cdef long epoch = _EPOCH[0]
+    cdef double t_call = MPI_Wtime()
+    cdef long long serial = _open(t_call)
     cdef bint readable = read_form(recvbuf, True, &recv, &rview)
     if readable and not _read_send(sendbuf, &send, &sview):
         PyBuffer_Release(&rview)
@@ -370,17 +426,20 @@ cdef object _call(object comm, object sendbuf, object recvbuf, object op, object
     if b is None:
         if readable:
             _release(&send, &sview, &rview)
-        args = _miss(comm, sendbuf, recvbuf, op, straggler, algorithm)
+        args = _miss(comm, sendbuf, recvbuf, op, straggler, algorithm, serial)
+        _closed(serial, MPI_Wtime())
         if args is not None and readable:
             _keep(comm, args, &send, &recv, op, straggler, algorithm)
         return None
+    _begun(serial, b.cell, b.count, b.op_code, b.dtype_code, b.algo_code)
     if b.native:
         try:
-            return _native(bs, b, <MPI.Comm>comm, &send, &recv)
+            return _native(bs, b, <MPI.Comm>comm, &send, &recv, t_call, serial, state)
         finally:
             _release(&send, &sview, &rview)
-    return _repeat(comm, state, _bound(b, sendbuf, recvbuf, &send, &recv, &sview, &rview),
-                   _config._current)
+    _repeat(comm, state, _bound(b, sendbuf, recvbuf, &send, &recv, &sview, &rview),
+            _config._current, serial)
+    _closed(serial, MPI_Wtime())
 
 
 cdef inline void _release(Form *send, Py_buffer *sview, Py_buffer *rview):
@@ -394,7 +453,8 @@ cdef void _keep(object comm, object args, Form *send, Form *recv, object op, obj
     """A binding of a checked call (``args`` holds its messages, ``send``/``recv`` its key)."""
     state = _state(comm)
     settings = _config._current
-    if state is None or state.broken or not args.out.datatype.is_predefined or settings is None:
+    if (state is None or state.broken or not args.out.datatype.is_predefined or settings is None
+            or getattr(state, "flight", None) is None):
         return     # a derived datatype's handle may be freed and reused: checked every call
     if state.bindings is None:
         state.bindings = Bindings()
@@ -409,6 +469,13 @@ cdef void _keep(object comm, object args, Form *send, Form *recv, object op, obj
     b.count = args.out.count
     b.datatype = (<MPI.Datatype>args.out.datatype).ob_mpi
     b.mpi_op = (<MPI.Op>op).ob_mpi
+    b.cell = state.flight
+    b.op_code, b.dtype_code, b.algo_code = _flight.codes(args)
+    if b.native and settings.timeout:
+        b.timeout, b.nbytes = settings.timeout, args.out.count * args.out.extent
+        b.scratch = <char *>malloc(max(b.nbytes, 1))
+        if b.scratch == NULL:
+            raise MemoryError()
     (<Bindings>state.bindings).add(b)
 
 

@@ -21,7 +21,7 @@ from ..schedule.algorithms import NATIVE
 
 class Args:
     """The checked arguments of one call.  ``native_from_c``: a repeat of it is one
-    MPI_Allreduce from the compiled entry (native, untracked: no timeout).  ``route``:
+    MPI call from the compiled entry (native, untracked, ``native_from_c``).  ``route``:
     which memory runs it, "host", "device" or "staged" (_device.route)."""
 
     __slots__ = ("n", "policy", "sendbuf", "recvbuf", "op", "in_place", "out", "src", "name",
@@ -65,7 +65,24 @@ def check(comm, sendbuf, recvbuf, op, straggler, algorithm, settings) -> Args:
     signature = (requested, str(policy), in_place, out.count, out.datatype.Get_size(),
                  _type_name(out.datatype), _op_name(op))
     return Args(n, policy, sendbuf, recvbuf, op, in_place, out, src, name, signature,
-                name == NATIVE and settings.timeout is None and route == "host", route)
+                native_from_c(name, route, out, settings.timeout), route)
+
+
+#: Above it a native call under STRAGGLAR_TIMEOUT goes the Python way (tracked, on scratch
+#: of the pools), as a timed one from C copies its buffer into a scratch of its binding.
+TIMED_NATIVE_BYTES = 1 << 20
+
+
+def native_from_c(name, route, out, timeout):
+    """Whether a repeat is one MPI call from the compiled entry: a native call in host
+    memory; under a timeout only up to TIMED_NATIVE_BYTES of a datatype without holes, and
+    with MPI_THREAD_MULTIPLE (the stall watchdog names the missing ranks: call/watchdog.py).
+    Its misses then run the same way (run/native.py), so every rank makes the same MPI calls."""
+    if name != NATIVE or route != "host":
+        return False
+    return timeout is None or (out.count * out.extent <= TIMED_NATIVE_BYTES
+                               and out.datatype.Get_size() == out.extent
+                               and MPI.Query_thread() == MPI.THREAD_MULTIPLE)
 
 
 def check_straggler(straggler, n):

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from mpi4py import MPI
 
 from ..core.state import peek
+from . import flight
 from ..schedule.algorithms import AUTO, NATIVE, has_roles
 from .report import log_of
 
@@ -40,17 +41,39 @@ class CallRecord:
         }
 
 
-def record(seq, comm, args, decision, times, sent, tracked) -> CallRecord:
+def _flown(serial):
+    """The flight record ``serial`` (flight.mine, read here: a call on the path less)."""
+    rec = flight.RING[serial % flight.CAPACITY]
+    return rec if serial >= 0 and rec["serial"] == serial else None
+
+
+def decided(serial, name, straggler):
+    """Its flight record (call/flight.py): what the call runs, ``name`` with ``straggler``
+    (None: no roles); the straggler starts in phase 2, the others run (phase 1 first, for
+    an algorithm that has one)."""
+    rec = _flown(serial)
+    if rec is not None:
+        rec["algorithm"] = flight.ALGORITHMS.index(name)
+        rec["straggler"] = -1 if straggler is None else straggler
+        rec["phase"] = flight.PHASE2 if straggler == rec["rank"] and rec["comm"] else flight.RUNNING
+
+
+def record(seq, comm, args, decision, times, sent, tracked, serial=-1) -> CallRecord:
     """Count a call that ended in the sequence ``seq`` (blocking calls and the progress
     thread's operations alike) and, for a tracked blocking call, note it in the straggler
     report (call/report.py).  ``decision``: (algorithm, straggler, how auto chose);
     ``times``: (the call's start, phase 1's end or None, the first receive or None);
-    ``sent``: its arrival messages.  Returns the call's ``CallRecord``."""
+    ``sent``: its arrival messages; ``serial``: its flight record, closed here.  Returns
+    the call's ``CallRecord``."""
     name, straggler, how = decision
     t_call, t_p1, first = times
     t_end = MPI.Wtime()
     rec = CallRecord(name, straggler, args.policy, t_call, t_p1 or t_call, first, t_end,
                      args.route, sent, how)
+    flown = _flown(serial)
+    if flown is not None:
+        flown["phase1_end"], flown["first_message"] = t_p1 or 0.0, first or 0.0
+        flown["exited"], flown["phase"] = t_end, flight.DONE
     state = seq.owner
     with state.lock:
         state.calls[name] += 1

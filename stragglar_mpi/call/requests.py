@@ -43,6 +43,7 @@ from ..memory import cuda as _cuda
 from ..memory.device import is_device_call
 from ..run.engine import ENGINE, Operation
 from . import allreduce as _allreduce
+from . import flight
 from . import record as _record
 from .setup import begin_state
 
@@ -90,7 +91,7 @@ class _Spec:
         given = (self._own_types(sendbuf), self._own_types(recvbuf), *rest)
         if self.types:
             weakref.finalize(self, _free_types, self.types)
-        self.comm, self.given = comm, given
+        self.comm, self.given, self.rank = comm, given, comm.Get_rank()
         self.settings = _config.current()
         sendbuf, recvbuf, op, straggler, algorithm = given
         device = is_device_call(sendbuf, recvbuf)
@@ -130,7 +131,9 @@ class _Spec:
         turn = Turn(self.state.turns, self.state.turns.take())
         self.state.hold()        # the state outlives a Free of the communicator until it ends
         try:
-            call = _Call(self, lane, turn, when)
+            serial = flight.open_call(when[1])
+            flight.bound(serial, self.state, self.args, self.rank)
+            call = _Call(self, lane, turn, when + (serial,))
             call.grequest = MPI.Grequest.Start(call.query, call.free, call.cancel_callback)
             ENGINE.submit(call.operation)
         except BaseException:
@@ -141,8 +144,8 @@ class _Spec:
 
     def steps(self, lane, turn, when):
         """Generator: the operation, on the progress thread; ``when``: (settings, the
-        call's time, its deadline), taken at the call."""
-        settings, t_call, deadline = when
+        call's time, its deadline, its flight record), taken at the call."""
+        settings, t_call, deadline, serial = when
         try:
             yield from _ready(self.state)
             # The caller may Free its communicator once the call returns (MPI allows
@@ -155,9 +158,15 @@ class _Spec:
                 checked = lambda: check(comm, *self.given, settings)  # noqa: E731
                 args = (yield from same_everywhere(lane, checked, deadline, turn)) \
                     if settings.validate else checked()
-            return (yield from _allreduce.steps(comm, lane, args, t_call, deadline, turn))
+                flight.described(serial, args)
+            return (yield from _allreduce.steps(comm, lane, args, t_call, deadline, turn, serial))
         except (Pending, Mismatch) as exc:
-            raise (yield from _allreduce.failed(lane, exc, settings.timeout)) from None
+            error = yield from _allreduce.failed(lane, exc, settings.timeout, serial)
+            flight.failed(serial, error, getattr(error, "peers", None), getattr(error, "phase", None))
+            raise error from None
+        except BaseException as exc:
+            flight.failed(serial, exc)
+            raise
         finally:
             turn.release()
 

@@ -1,6 +1,8 @@
 """A communicator's first call sets up its state, collectively, in this order: core's part
 (the private duplicate and the key: core/setup.py ``Setup``), then decide's (the arrival
-tables, the layout and its links: decide/roles.py ``setup``).
+tables, the layout and its links: decide/roles.py ``setup``), then the call room's own:
+the flight recorder's code for it (call/flight.py), and the stall watchdog's thread is
+started (call/watchdog.py).
 
 A blocking first call runs all of it at the call (``state_of``).  A nonblocking one
 (``begin_state``) posts what every member must join at the call, in call order, and a
@@ -12,6 +14,8 @@ from __future__ import annotations
 
 from ..core.setup import attempt, existing, new_state, on_thread, ready
 from ..decide.roles import setup as decide_setup
+from . import flight
+from .watchdog import WATCHDOG_THREAD
 
 
 def state_of(comm, deadline=0.0):
@@ -21,7 +25,8 @@ def state_of(comm, deadline=0.0):
     if state is not None:
         return ready(state, deadline)
     state, setup = new_state(comm, deadline)
-    if attempt(state, setup.join, done=False) or attempt(state, lambda: _finish(state, setup)):
+    name = comm.Get_name()
+    if attempt(state, setup.join, done=False) or attempt(state, lambda: _finish(state, setup, name)):
         raise state.setup_error
     return state
 
@@ -37,10 +42,11 @@ def begin_state(comm, deadline=0.0, at_the_call=False):
     if attempt(state, setup.join, done=False):
         return state                 # the operation raises the error from Wait
     state.hold()                     # the setup's thread holds it too (a Free meanwhile waits)
+    name = comm.Get_name()
 
     def rest():
         try:
-            attempt(state, lambda: _finish(state, setup))
+            attempt(state, lambda: _finish(state, setup, name))
         finally:
             state.unhold()
     if at_the_call:
@@ -50,7 +56,9 @@ def begin_state(comm, deadline=0.0, at_the_call=False):
     return state
 
 
-def _finish(state, setup):
+def _finish(state, setup, name):
     setup.finish()
     if state.private.Get_size() > 1:
         decide_setup(state)
+    flight.attach(state, name)         # the flight recorder's code and counter for it
+    WATCHDOG_THREAD.start()

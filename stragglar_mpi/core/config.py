@@ -100,6 +100,14 @@ def _timeout(name, raw):
     return value
 
 
+def _folder(name, raw):
+    """A folder to write into: made if missing; a path that is a file is refused."""
+    text = raw.strip()
+    if text and os.path.exists(text) and not os.path.isdir(text):
+        raise _error(name, raw, "a folder (this path is a file)")
+    return os.path.abspath(text) if text else ""
+
+
 def _flag(name, raw):
     text = raw.strip()
     if text not in ("0", "1"):
@@ -133,6 +141,14 @@ KNOBS = (
          "`0`: it runs the model's choice"),
     Knob("STRAGGLAR_TIMEOUT", "timeout", "off", _timeout,
          "seconds a call waits for late ranks before `StragglerTimeout`"),
+    # A late rank is what this library is for, so waiting is never an error by default;
+    # a wait this long is worth a line on stderr (call/watchdog.py).
+    Knob("STRAGGLAR_STALL_WARN", "stall_warn", "60", _timeout,
+         "seconds a call waits before each waiting rank warns on stderr, once, naming the ranks "
+         "not in the call yet (`0`: no warnings)"),
+    Knob("STRAGGLAR_TRACE", "trace", "", _folder,
+         "a folder: each rank writes its flight record there (`rank-NNNNN.jsonl`) at a timeout, "
+         "a failed call, the first stall warning and exit; read it with `python -m stragglar_mpi trace`"),
     Knob("STRAGGLAR_VALIDATE", "validate", "0", _flag,
          "`1`: compare every call's arguments across ranks"),
     Knob("STRAGGLAR_REPORT", "report", "0", _flag,
@@ -161,6 +177,8 @@ class Settings:
     model: tuple                 # (alpha s, bandwidth B/s, margin[, alpha_inter s, bandwidth_inter B/s])
     auto_measure: bool           # auto measures its candidates (decide/tuning.py)
     timeout: float | None
+    stall_warn: float | None     # seconds before a stall warning (call/watchdog.py), None: never
+    trace: str                   # the flight record's folder (call/flight.py), "": none
     validate: bool
     report: bool
     cuda_aware: bool | None      # None: ask the MPI library

@@ -47,14 +47,17 @@ class Pending(Exception):
     """Internal: a wait under the deadline gave up; ``peers`` had not answered.
 
     ``phase`` says what was waited for (None: phase 2); ``missing`` is set when
-    the peers are known not to have entered the call (the setup's presence check).
+    the peers are known not to have entered the call (the setup's presence check);
+    ``watch``: the call sent no arrival notices (a native call under a timeout), so the
+    stall watchdogs name the missing ranks (call/watchdog.py).
     """
 
-    def __init__(self, peers, phase=None, missing=None):
+    def __init__(self, peers, phase=None, missing=None, watch=False):
         super().__init__(peers)
         self.peers = tuple(peers)
         self.phase = phase
         self.missing = None if missing is None else tuple(missing)
+        self.watch = watch
 
 
 class Mismatch(ValueError):

@@ -9,8 +9,10 @@ At exit (before mpi4py finalizes MPI: its handler was registered first, atexit r
 last-in first-out) ``shutdown`` runs the registered steps in this order:
 1. ``ENGINE``: the progress thread runs the nonblocking operations still queued, and ends;
 2. ``REPORT``: the STRAGGLAR_REPORT straggler reports print;
-3. ``SETUPS``: communicator setups still running in threads of their own are joined;
-4. ``ARRIVALS``: arrival tables cancel their receives, in the same key order on every rank.
+3. ``WATCHDOG``: the stall watchdog's thread ends (call/watchdog.py);
+4. ``TRACE``: under STRAGGLAR_TRACE each rank writes its flight record (call/flight.py);
+5. ``SETUPS``: communicator setups still running in threads of their own are joined;
+6. ``ARRIVALS``: arrival tables cancel their receives, in the same key order on every rank.
 A step that waits for the library's threads waits at most STRAGGLAR_EXIT_TIMEOUT
 (``bounded_exit``).
 """
@@ -25,7 +27,7 @@ from mpi4py import MPI
 
 from . import config as _config
 
-ENGINE, REPORT, SETUPS, ARRIVALS = 10, 20, 25, 30
+ENGINE, REPORT, WATCHDOG, TRACE, SETUPS, ARRIVALS = 10, 20, 22, 24, 25, 30
 
 
 class Lifetime:

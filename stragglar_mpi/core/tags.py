@@ -8,7 +8,8 @@ duplicate, so each has tags of its own:
 - round messages of a plan (phase 1 and phase 2 of every algorithm) on the private
   duplicate: ``rounds(s) + r % ROUND_TAGS`` for round r of sequence s (0..29999);
 - the argument check of STRAGGLAR_VALIDATE there: ``validate(s)`` (30000 + s);
-- arrival messages on the arrival table's duplicate: ``arrival(s, kind)``.
+- arrival messages on the arrival table's duplicate: ``arrival(s, kind)``, and the stall
+  watchdogs' questions and answers there (``WATCH_QUERY``, ``WATCH_ANSWER``).
 
 The setup's presence messages count down from MPI_TAG_UB (at least 32767 by the
 standard), so they never meet the others; the link and clock measurements run at
@@ -25,6 +26,9 @@ PING = 4244                 # link measurement between nodes, at setup (decide/t
 CLOCK = 7301                # clock offsets, at setup, on the arrival duplicate (decide/clock.py)
 BENCH_MODEL = 7302          # the benchmark's own link measurement (bench/_model.py)
 BENCH_BOUND = 7303          # the benchmark's exchange bound (bench/_run.py)
+# The stall watchdog's question (which call is a rank in?) and its answer, on the
+# arrival duplicate, from the watchdogs' thread (call/watchdog.py).
+WATCH_QUERY, WATCH_ANSWER = 7310, 7311
 # Kinds of arrival messages (decide/arrival.py, decide/notices.py): notices, an
 # aggregator's group report, the coordinator's decision, the record's rounds, a timeout's
 # views and named ranks, a late coordinator's question to an aggregator and its answer.

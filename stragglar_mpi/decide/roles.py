@@ -10,10 +10,11 @@ here is a generator (core/steps.py): its driver waits for the steps it yields.
 from __future__ import annotations
 
 import os
+import threading
 
 from ..core import config as _config
 from ..core.errors import Pending
-from ..schedule.algorithms import AUTO, ON_NODES, WITH_ROLES
+from ..schedule.algorithms import AUTO, NATIVE, ON_NODES, WITH_ROLES
 from .algorithm import for_layout
 from . import topology as _topology
 from . import tuning as _tuning
@@ -62,6 +63,7 @@ class Tables:
         self.kind = GroupTable if self.comm.Get_size() >= least else NoticeTable
         self.node_of = node_of
         self._tables = []
+        self.lock = threading.Lock()    # the stall watchdog's thread uses ``comm`` under it
 
     def table(self, sequence):
         made = self.kind(self, sequence)
@@ -80,7 +82,8 @@ class Tables:
         for made in self._tables:
             made.free()
         self._tables = []
-        self.comm.Free()
+        with self.lock:
+            self.comm.Free()
 
 
 def decide(seq, args, deadline=0.0):
@@ -90,11 +93,15 @@ def decide(seq, args, deadline=0.0):
     it is a timed run of auto's measurements and how auto chose (decide/tuning.py).
 
     Calls that need arrival data ("auto", a policy by name, or a timeout that must name
-    the missing ranks) send this rank's arrival notice first; the others touch nothing.
+    the missing ranks, but for a native one from C) send this rank's arrival notice
+    first; the others touch nothing.
     ``Pending`` when the arrival data do not come by ``deadline``."""
     name, policy, n = args.name, args.policy, args.n
     nbytes, roled = args.out.count * args.out.extent, name in WITH_ROLES
-    if not (name == AUTO or (roled and isinstance(policy, str)) or (deadline and n > 1)):
+    # A blocking native call runs as the compiled entry runs its repeats, untracked even
+    # under a deadline (the stall watchdogs name the missing ranks then: call/watchdog.py).
+    watched = name == NATIVE and args.native_from_c and seq is seq.owner
+    if not (name == AUTO or (roled and isinstance(policy, str)) or (deadline and n > 1 and not watched)):
         return _decided(seq, args, name, policy if roled else None, False)
     if name == AUTO:
         settings, tiers = _config.current(), seq.tiers()

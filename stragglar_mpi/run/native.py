@@ -29,15 +29,22 @@ def native(comm, seq, args, memory, deadline, turn):
         sendbuf, recvbuf = _specs(args)
         yield from _issued(seq, sendbuf, recvbuf, args.op, deadline, turn)
         return
-    yield from _on_scratch(seq, args, memory, deadline, turn)
+    caller = comm if turn.blocking and args.native_from_c else None
+    yield from _on_scratch(seq, args, memory, deadline, turn, caller)
 
 
-def _issued(seq, sendbuf, recvbuf, op, deadline, turn):
-    """Generator: an Iallreduce on the private duplicate in its turn, waited under ``deadline``."""
-    request = yield from issue(turn, lambda: MPI.Intracomm.Iallreduce(seq.private, sendbuf, recvbuf, op),
-                               deadline)
+def _issued(seq, sendbuf, recvbuf, op, deadline, turn, caller=None):
+    """Generator: an Iallreduce on the private duplicate in its turn, waited under
+    ``deadline``; or on ``caller``, the caller's communicator, where the compiled entry
+    runs a native call under a timeout (call/_entry.pyx), and as it does: untracked, the
+    stall watchdogs name who is missing (``watch``)."""
+    if caller is not None:
+        request = MPI.Intracomm.Iallreduce(caller, sendbuf, recvbuf, op)
+    else:
+        request = yield from issue(turn, lambda: MPI.Intracomm.Iallreduce(seq.private, sendbuf, recvbuf, op),
+                                   deadline)
     if not (yield from complete([request], deadline)):
-        raise Pending((), "the native AllReduce")
+        raise Pending((), "the native AllReduce", watch=caller is not None)
 
 
 def _specs(args):
@@ -57,7 +64,7 @@ def _pieces(args):
             for start, length in cuts]
 
 
-def _on_scratch(seq, args, memory, deadline, turn):
+def _on_scratch(seq, args, memory, deadline, turn, caller=None):
     """Generator: the native AllReduce in ``memory``'s scratch, copied out on success."""
     out, src = args.out, args.src
     nbytes, dt = out.count * out.extent, out.datatype
@@ -70,5 +77,5 @@ def _on_scratch(seq, args, memory, deadline, turn):
             send = region(scratch + nbytes, out.count, dt, out.extent)
             memory.copy(scratch + nbytes, src.address, nbytes)
         yield from _issued(seq, send, region(scratch, out.count, dt, out.extent), args.op,
-                           deadline, turn)
+                           deadline, turn, caller)
         memory.copy(out.address, scratch, nbytes)
