@@ -109,3 +109,31 @@ def test_a_sub_communicator_names_world_ranks(tmp_path, capsys):
 def test_ranks_text():
     assert ranks_text([3]) == "rank 3"
     assert ranks_text([0, 1, 2, 5, 7, 8]) == "ranks 0-2, 5, 7, 8"
+
+
+def run_command(*args):
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    return subprocess.run([sys.executable, "-m", "stragglar_mpi", *args], capture_output=True,
+                          text=True, timeout=120, env=env)
+
+
+def test_the_command(tmp_path):
+    proc = run_command("trace", str(trace_files.never_arrived(tmp_path)))
+    assert proc.returncode == 1 and "rank 2 never arrived at call 7" in proc.stdout, proc.stderr
+    for command in ("trace", "timeline"):
+        assert "usage" in run_command(command, "--help").stdout
+
+
+def test_timeline_without_matplotlib_says_what_to_install(tmp_path, capsys, monkeypatch):
+    from stragglar_mpi.bench import timeline
+
+    monkeypatch.setitem(sys.modules, "matplotlib", None)        # import matplotlib fails
+    assert timeline.main(str(trace_files.agree(tmp_path / "t")), str(tmp_path / "t.png")) == 2
+    assert "pip install stragglar_mpi[plot]" in capsys.readouterr().err
+
+
+def test_no_matplotlib_at_import():
+    code = ("import sys, stragglar_mpi, stragglar_mpi.__main__, stragglar_mpi.bench.trace, "
+            "stragglar_mpi.bench.timeline; assert 'matplotlib' not in sys.modules")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
