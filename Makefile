@@ -52,7 +52,7 @@ $(VENV)/.installed: $(SOURCES)
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 ifeq ($(MPI),mpich)
-	$(PY) -m pip install -q ".[test]"
+	$(PY) -m pip install -q ".[test,plot]"
 	@# Also build the extension in the source tree, so that `python -m stragglar_mpi...`
 	@# run from this folder (which imports the source tree) has the compiled modules.
 	$(PY) -m pip install -q "setuptools>=77" "cython>=3.0"
