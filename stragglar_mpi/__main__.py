@@ -53,7 +53,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m stragglar_mpi",
         description="StragglAR AllReduce for MPI. Commands: info (what this installation runs on). "
-                    "Benchmarks: python -m stragglar_mpi.bench; demo: mpiexec -n 4 python -m stragglar_mpi.bench.demo; "
+                    "Benchmarks: python -m stragglar_mpi.bench; demo: mpiexec -n 8 python -m stragglar_mpi.bench.demo; "
                     "schedules: python -m stragglar_mpi.schedule.")
     parser.add_argument("--version", action="version", version=f"stragglar_mpi {__version__}")
     parser.add_argument("command", nargs="?", default="info", choices=["info"])
