@@ -10,7 +10,9 @@ slow rank's last bucket (the last hook call of the step on any rank) to the end 
 step's communication (the last bucket's end on any rank), on one machine's clock.  Hooks:
 ``stragglar`` (stragglar_mpi.torch.register, straggler by arrival), ``auto`` (register
 with the library's defaults), ``native`` (the hook forced to the MPI's own AllReduce) and ``default`` (DDP's allreduce_hook over gloo,
-the same as no hook, timed).  Needs the ``torch`` extra.
+the same as no hook, timed).  For the library's hooks it also prints what the last
+bucket's AllReduce ran and why (``stragglar_mpi.stats(state.comm)["last"]["why"]``).
+Needs the ``torch`` extra.
 """
 import argparse
 import statistics
@@ -25,6 +27,7 @@ from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import stragglar_mpi.torch as smpi_torch
+from stragglar_mpi import stats
 
 HOOKS = ("stragglar", "auto", "native", "default")
 
@@ -72,23 +75,25 @@ def timed_default_hook(trace):
 
 
 def build(args, hook, slow):
+    """(the DDP model, its trace of buckets, the hook's communicator or None)."""
     torch.manual_seed(0)
     ddp = DDP(MLP(args.width, args.layers, slow, args.delay), bucket_cap_mb=args.bucket_mb)
     if hook == "default":
         trace = []
         ddp.register_comm_hook(None, timed_default_hook(trace))
-    else:
-        how = {"stragglar": dict(algorithm="stragglar", straggler="arrival"), "auto": {},
-               "native": dict(algorithm="native")}[hook]
-        state = smpi_torch.register(ddp, **how)      # "auto": the one line, library defaults
-        state.trace = trace = []
-    return ddp, trace
+        return ddp, trace, None
+    how = {"stragglar": dict(algorithm="stragglar", straggler="arrival"), "auto": {},
+           "native": dict(algorithm="native")}[hook]
+    state = smpi_torch.register(ddp, **how)      # "auto": the one line, library defaults
+    state.trace = trace = []
+    return ddp, trace, state.comm
 
 
 def run(args, hook, slow):
-    """Median step and tail (ms) over the timed steps, and the final weights."""
+    """Median step and tail (ms) over the timed steps, the final weights, the buckets per
+    step and what the last bucket ran and why."""
     world = MPI.COMM_WORLD
-    ddp, trace = build(args, hook, slow)
+    ddp, trace, comm = build(args, hook, slow)
     opt = torch.optim.SGD(ddp.parameters(), lr=0.01)
     steps, tails = [], []
     for step in range(args.warmup + args.steps):
@@ -107,7 +112,8 @@ def run(args, hook, slow):
             tails.append(max(t[2] for t in times) - max(t[1] for t in times))
     weights = torch.cat([p.detach().flatten() for p in ddp.parameters()])
     buckets = len(trace) // (args.warmup + args.steps)
-    return 1e3 * statistics.median(steps), 1e3 * statistics.median(tails), weights, buckets
+    why = "DDP's own allreduce_hook (gloo)" if comm is None else stats(comm)["last"]["why"]
+    return 1e3 * statistics.median(steps), 1e3 * statistics.median(tails), weights, buckets, why
 
 
 def main():
@@ -126,15 +132,17 @@ def main():
         print(f"{n} ranks, MLP {args.layers}x{args.width} ({params * 4 / 2**20:.1f} MiB of float32 "
               f"gradients), bucket_cap_mb {args.bucket_mb:g}, {args.steps} steps timed after "
               f"{args.warmup}; slow rank sleeps {args.delay * 1e3:g} ms per forward")
-        print(f"{'hook':10} {'slow rank':>9} {'buckets':>7} {'step ms':>8} {'tail ms':>8} {'max |w - w_default|':>20}")
+        print(f"{'hook':10} {'slow rank':>9} {'buckets':>7} {'step ms':>8} {'tail ms':>8} "
+              f"{'max |w - w_default|':>20}  last bucket ran (why)")
     same = True
-    for (hook, slow_rank), (step_ms, tail_ms, weights, buckets) in results.items():
+    for (hook, slow_rank), (step_ms, tail_ms, weights, buckets, why) in results.items():
         reference = results.get(("default", slow_rank), (None, None, weights))[2]
         diff = (weights - reference).abs().max().item()
         same = same and torch.allclose(weights, reference, rtol=1e-4, atol=1e-6)
         if rank == 0:
             who = "-" if slow_rank is None else str(slow_rank)
-            print(f"{hook:10} {who:>9} {buckets:>7} {step_ms:8.1f} {tail_ms:8.1f} {diff:20.2e}")
+            print(f"{hook:10} {who:>9} {buckets:>7} {step_ms:8.1f} {tail_ms:8.1f} {diff:20.2e}"
+                  f"  {why}")
     if rank == 0 and args.bench:
         for s in sorted({s for _, s in cases}, key=lambda s: -1 if s is None else s):
             base = results[("default", s)]

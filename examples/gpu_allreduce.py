@@ -95,6 +95,7 @@ def main():
               f"(rank 0 on local device {local_rank}), algorithm {info['algorithm']}")
         print(f"median Allreduce time on the late rank {size - 1}: {last[-1] * 1e3:.2f} ms")
         print("result correct" if wrong == 0 else f"FAILED: {wrong} wrong elements")
+        print(f"last call: {info['why']}")
     if wrong:
         raise SystemExit(1)
 

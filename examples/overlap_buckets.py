@@ -20,8 +20,9 @@ Barrier (the same machine load for all):
   started each step as the bucket is ready (StragglAR, the slow rank as straggler);
 - ``native Iallreduce``: mpi4py's own ``comm.Iallreduce`` per bucket.
 
-It prints the median step time and the early ranks' time in the final wait, and fails
-unless the three runs end with the same weights (up to float32 rounding).
+It prints the median step time and the early ranks' time in the final wait, what the
+stragglar_mpi runs ran in their last step and why (``stats(comm)["last"]["why"]``), and
+fails unless the three runs end with the same weights (up to float32 rounding).
 """
 import os
 
@@ -121,6 +122,7 @@ class Run:
         self.rng = np.random.default_rng([args.seed, comm.Get_rank()])
         self.step_times, self.wait_times, self.losses = [], [], []
         self.pending = []
+        self.why = "mpi4py's own Iallreduce"
         buckets, slow = self.model.buckets, args.slow_rank
         if name == "stragglar_mpi Allreduce_init":      # made once, started every step
             self.persistent = [stragglar_mpi.Allreduce_init(comm, MPI.IN_PLACE, b, straggler=slow,
@@ -140,6 +142,8 @@ class Run:
         else:
             MPI.Request.Waitall(self.pending)
             self.pending = []
+        if self.name != "native Iallreduce":        # what the last call ran, and why
+            self.why = stragglar_mpi.stats(self.comm)["last"]["why"]
 
     def step(self, x, y, slow):
         t0 = time.perf_counter()
@@ -188,6 +192,8 @@ def report(comm, runs, args, nbytes):
             print(f"{name:32} {step:15.2f} {wait:28.2f}")
         print(f"same weights: max |difference| {worst:.2e} ({'ok' if same else 'FAILED'}); "
               f"loss {runs[0].losses[0]:.4f} -> {runs[0].losses[-1]:.4f}")
+        for run in runs:
+            print(f"{run.name} ran, in its last step: {run.why}")
     return same
 
 

@@ -14,7 +14,9 @@ The same training runs twice from the same seed: once with ``comm.Allreduce``
 (the MPI library's own) and once with ``stragglar_mpi.Allreduce``, told which
 rank is slow.  The two runs take their steps in turn (a step of one, a step of
 the other, each after a Barrier), so both see the same machine load.  The
-program prints per-step loss and time of both, and fails unless both reach the
+program prints per-step loss and time of both, what stragglar_mpi ran in each step
+and why (``stats(comm)["last"]["why"]``: with ``--algorithm auto``, the MPI's own
+AllReduce below 4 MiB, measuring runs first above), and fails unless both reach the
 same loss.
 """
 import os
@@ -187,24 +189,28 @@ def native(comm):
     return allreduce
 
 
-def with_stragglar(comm, args):
+def with_stragglar(comm, args, whys):
+    """The second run's AllReduce; ``whys`` gets what each call ran and why."""
     def allreduce(buf):
         stragglar_mpi.Allreduce(comm, MPI.IN_PLACE, buf, MPI.SUM,
                                 straggler=args.slow_rank, algorithm=args.algorithm)
+        whys.append(stragglar_mpi.stats(comm)["last"]["why"])
     return allreduce
 
 
 # ---- output (rank 0) ----
 
-def per_step(runs, times):
+def per_step(runs, times, whys):
     (a, b), ((sa, _), (sb, _)) = runs, times
     print(f"{'':>5} {'loss':^33} {'step ms (slowest rank)':^33}")
-    print(f"{'step':>5} {'comm.Allreduce':>16} {'stragglar_mpi':>16} {'comm.Allreduce':>16} {'stragglar_mpi':>16}")
+    print(f"{'step':>5} {'comm.Allreduce':>16} {'stragglar_mpi':>16} {'comm.Allreduce':>16} "
+          f"{'stragglar_mpi':>16}  stragglar_mpi ran (why)")
     for i in range(len(a.losses)):
-        print(f"{i:>5} {a.losses[i]:>16.5f} {b.losses[i]:>16.5f} {sa[i] * 1e3:>16.2f} {sb[i] * 1e3:>16.2f}")
+        print(f"{i:>5} {a.losses[i]:>16.5f} {b.losses[i]:>16.5f} {sa[i] * 1e3:>16.2f} "
+              f"{sb[i] * 1e3:>16.2f}  {whys[i]}")
 
 
-def summary(comm, args, runs, times, grad_bytes):
+def summary(comm, args, runs, times, grad_bytes, whys):
     skip = 1 if args.steps > 1 else 0                    # step 0 also builds the plans
     median = [(np.median(s[skip:]), np.median(ar[skip:])) for s, ar in times]
     print(f"\n{comm.Get_size()} ranks, {grad_bytes / 2**20:.2f} MiB of float32 gradients, "
@@ -220,6 +226,8 @@ def summary(comm, args, runs, times, grad_bytes):
     gap = max(abs(p - q) for p, q in zip(runs[0].losses, runs[1].losses))
     print(f"same loss: max |loss difference| over all steps = {gap:.2e} "
           f"(first loss {runs[0].losses[0]:.5f})")
+    print(f"stragglar_mpi ran {dict(stragglar_mpi.stats(comm)['calls'])}; "
+          f"the last step: {whys[-1]}")
 
 
 def main():
@@ -230,16 +238,17 @@ def main():
     args.lr = args.lr or min(0.04, 40 / args.hidden)
     x, y = make_dataset(args.seed, 2048 * (size + 1))
     test, shard = (x[:2048], y[:2048]), (x[2048 + rank::size], y[2048 + rank::size])
+    whys = []
     runs = [Run("comm.Allreduce", native(comm), args, rank),
-            Run(f"stragglar_mpi ({args.algorithm})", with_stragglar(comm, args), args, rank)]
+            Run(f"stragglar_mpi ({args.algorithm})", with_stragglar(comm, args, whys), args, rank)]
     train(comm, runs, args, *shard)
     times = [timings(comm, run, args.slow_rank) for run in runs]
     for run in runs:
         run.accuracy = run.model.accuracy(*test)
     if rank == 0:
         if not args.quiet:
-            per_step(runs, times)
-        summary(comm, args, runs, times, runs[0].model.grad_flat.nbytes)
+            per_step(runs, times, whys)
+        summary(comm, args, runs, times, runs[0].model.grad_flat.nbytes, whys)
     # Reductions in a different order change float32 sums in the last bits; nothing more.
     if not np.allclose(runs[0].losses, runs[1].losses, rtol=1e-3, atol=1e-4):
         sys.exit("FAILED: the two runs did not reach the same loss")

@@ -69,7 +69,7 @@ def _parser() -> argparse.ArgumentParser:
         prog="python -m stragglar_mpi",
         description="StragglAR AllReduce for MPI. Commands: info (what this installation runs on, "
                     "the default), trace and timeline (read STRAGGLAR_TRACE's files). "
-                    "Benchmarks: python -m stragglar_mpi.bench; demo: mpiexec -n 4 python -m stragglar_mpi.bench.demo; "
+                    "Benchmarks: python -m stragglar_mpi.bench; demo: mpiexec -n 8 python -m stragglar_mpi.bench.demo; "
                     "schedules: python -m stragglar_mpi.schedule.")
     parser.add_argument("--version", action="version", version=f"stragglar_mpi {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="{info,trace,timeline}")

@@ -34,7 +34,16 @@ def run_script(n, path, *args, env=None):
 def test_drop_in(n):
     out = run_example(n, "drop_in.py", "--mib", "1", "--iters", "2", "--delay-ms", "5")
     assert "stragglar_mpi:" in out and "result correct" in out
-    assert "stragglar_mpi.stats:" in out       # which algorithm "auto" picked depends on the delay
+    assert "stragglar_mpi.stats:" in out
+    why = "native: below auto's 4 MiB threshold (STRAGGLAR_AUTO_MIN_BYTES)"
+    assert f"call 0: {why}" in out and f"call 1: {why}" in out
+
+
+def test_drop_in_measures_from_4_mib():
+    """From 4 MiB auto decides: its first calls time the candidates, and say so."""
+    out = run_example(3, "drop_in.py", "--mib", "4", "--iters", "2", "--delay-ms", "5")
+    assert "result correct" in out
+    assert "call 0: measuring: " in out and "of auto's first round at 4 MiB" in out
 
 
 def test_drop_in_native():
@@ -48,6 +57,10 @@ def test_train_mlp(n, extra):
     assert "median step ms" in out and "speedup of stragglar_mpi" in out
     assert "FAILED" not in out
     assert out.count("\n    3 ") == 1          # the per-step table: steps 0..3, both methods per row
+    # 0.5 MiB: named, StragglAR runs; auto takes the native path, and every step says why
+    why = ("native: below auto's 4 MiB threshold" if "auto" in extra
+           else "stragglar: asked for by name")
+    assert out.count(why) == 4 + 1, out      # a step each, and the summary's last step
 
 
 def test_train_mlp_help():
@@ -62,6 +75,8 @@ def test_overlap_buckets():
     out = run_example(3, "overlap_buckets.py", "--steps", "3", "--hidden", "128", "--layers", "2")
     assert "stragglar_mpi Allreduce_init" in out and "native Iallreduce" in out
     assert "same weights" in out and "FAILED" not in out
+    for run in ("one Allreduce at the end", "stragglar_mpi Allreduce_init"):
+        assert f"{run} ran, in its last step: stragglar: asked for by name" in out
 
 
 @pytest.mark.parametrize("n", [2, 3])
@@ -70,6 +85,7 @@ def test_gpu_allreduce_under_simulator(n):
     out = run_example(n, "gpu_allreduce.py", "--count", "256", "--iters", "2", "--delay-ms", "2",
                       env={"NUMBA_ENABLE_CUDASIM": "1"})
     assert "result correct" in out and "algorithm stragglar" in out
+    assert "last call: stragglar: asked for by name" in out
 
 
 def test_slurm_scripts_exist():

@@ -50,3 +50,4 @@ def test_example_ddp_straggler_bench():
     assert rc == 0, f"{' '.join(cmd)} exited {rc}:\n{out[-TAIL:]}"
     assert "same weights as the default hook" in out and "FAILED" not in out, out
     assert out.count("vs default") == 6, out
+    assert "stragglar: asked for by name" in out and "native: asked for by name" in out, out

@@ -261,7 +261,7 @@ cdef class Bindings:
     cdef unsigned long clock
     cdef readonly unsigned long hits, misses, native_calls
     cdef readonly double t_call, t_end     # of the last native hit
-    cdef readonly object policy            # of the last native hit
+    cdef readonly object args              # of the last native hit: its Args (policy, why)
     cdef public bint last_was_hit          # False once the Python path records a call
 
     def __cinit__(self):
@@ -334,7 +334,7 @@ cdef object _native(Bindings bs, Binding b, MPI.Comm comm, Form *send, Form *rec
         _flight.failed(serial, error)
         raise error
     bs.native_calls += 1
-    bs.t_call, bs.t_end, bs.policy, bs.last_was_hit = t_call, MPI_Wtime(), b.args.policy, True
+    bs.t_call, bs.t_end, bs.args, bs.last_was_hit = t_call, MPI_Wtime(), b.args, True
     _closed(serial, bs.t_end)
     return None
 

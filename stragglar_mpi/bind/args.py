@@ -16,23 +16,24 @@ from ..memory import device as _device
 from ..memory.buffers import Message, messages
 from ..decide.algorithm import for_arguments
 from ..decide.policy import POLICIES
-from ..schedule.algorithms import NATIVE
+from ..schedule.algorithms import AUTO, NATIVE
 
 
 class Args:
     """The checked arguments of one call.  ``native_from_c``: a repeat of it is one
     MPI call from the compiled entry (native, untracked, ``native_from_c``).  ``route``:
-    which memory runs it, "host", "device" or "staged" (_device.route)."""
+    which memory runs it, "host", "device" or "staged" (_device.route).  ``why``: the
+    reason the arguments give for what runs (decide/why.py), None where ``auto`` decides."""
 
     __slots__ = ("n", "policy", "sendbuf", "recvbuf", "op", "in_place", "out", "src", "name",
-                 "signature", "native_from_c", "route", "commutes")
+                 "signature", "native_from_c", "route", "commutes", "why")
 
     def __init__(self, n, policy, sendbuf, recvbuf, op, in_place, out, src, name, signature,
-                 native_from_c=False, route="host"):
+                 native_from_c=False, route="host", why=None):
         self.n, self.policy, self.op, self.in_place = n, policy, op, in_place
         self.sendbuf, self.recvbuf, self.out, self.src = sendbuf, recvbuf, out, src
         self.name, self.signature, self.native_from_c = name, signature, native_from_c
-        self.route = route
+        self.route, self.why = route, why
         self.commutes = exactly_commutative(op, out.datatype)   # reductions need no fixed order
 
     def unbound(self):
@@ -42,7 +43,7 @@ class Args:
 
     def rebound(self, sendbuf, recvbuf, out, src):
         return Args(self.n, self.policy, sendbuf, recvbuf, self.op, self.in_place, out, src,
-                    self.name, self.signature, self.native_from_c, self.route)
+                    self.name, self.signature, self.native_from_c, self.route, self.why)
 
 
 def _unbound(msg):
@@ -55,7 +56,7 @@ def check(comm, sendbuf, recvbuf, op, straggler, algorithm, settings) -> Args:
     n = comm.Get_size()
     policy = check_straggler(straggler, n)
     in_place, src, out = messages(sendbuf, recvbuf, op)
-    name = for_arguments(requested, n, out, op, settings)
+    name, because = for_arguments(requested, n, out, op, settings)
     reducible = bytes_as_unsigned_char(src, out, op, in_place)
     if out.datatype.is_predefined:     # the same error, whichever path runs (host or device)
         check_op(op, reducible[1].datatype)
@@ -64,25 +65,11 @@ def check(comm, sendbuf, recvbuf, op, straggler, algorithm, settings) -> Args:
         src, out = reducible
     signature = (requested, str(policy), in_place, out.count, out.datatype.Get_size(),
                  _type_name(out.datatype), _op_name(op))
+    why = because or (None if requested == AUTO else ("named", requested, bool(settings.algo)))
     return Args(n, policy, sendbuf, recvbuf, op, in_place, out, src, name, signature,
-                native_from_c(name, route, out, settings.timeout), route)
-
-
-#: Above it a native call under STRAGGLAR_TIMEOUT goes the Python way (tracked, on scratch
-#: of the pools), as a timed one from C copies its buffer into a scratch of its binding.
-TIMED_NATIVE_BYTES = 1 << 20
-
-
-def native_from_c(name, route, out, timeout):
-    """Whether a repeat is one MPI call from the compiled entry: a native call in host
-    memory; under a timeout only up to TIMED_NATIVE_BYTES of a datatype without holes, and
-    with MPI_THREAD_MULTIPLE (the stall watchdog names the missing ranks: call/watchdog.py).
-    Its misses then run the same way (run/native.py), so every rank makes the same MPI calls."""
-    if name != NATIVE or route != "host":
-        return False
-    return timeout is None or (out.count * out.extent <= TIMED_NATIVE_BYTES
-                               and out.datatype.Get_size() == out.extent
-                               and MPI.Query_thread() == MPI.THREAD_MULTIPLE)
+    MPI call from the compiled entry (native, untracked, ``native_from_c``).  ``route``:
+    which memory runs it, "host", "device" or "staged" (_device.route).  ``why``: the
+    reason the arguments give for what runs (decide/why.py), None where ``auto`` decides."""
 
 
 def check_straggler(straggler, n):

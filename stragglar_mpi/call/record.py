@@ -7,8 +7,9 @@ from dataclasses import dataclass
 from mpi4py import MPI
 
 from ..core.state import peek
-from . import flight
+from ..decide.why import text
 from ..schedule.algorithms import AUTO, NATIVE, has_roles
+from . import flight
 from .report import log_of
 
 
@@ -25,6 +26,7 @@ class CallRecord:
     memory: str = "host"     # the route: "host", "device", "staged"
     arrival_messages: int = 0  # arrival messages this rank sent for the call (decide/arrival.py)
     auto: str | None = None  # how "auto" chose: "model", "measured", "timed" (decide/tuning.py); None: asked for by name
+    why: object = None       # why it ran: decide/why.py's parts, made a sentence by as_dict
 
     def as_dict(self) -> dict:
         arrived = self.first if self.first is not None else self.t_p1
@@ -38,6 +40,7 @@ class CallRecord:
             "post_arrival": self.t_end - arrived,
             "total": self.t_end - self.t_call,
             AUTO: self.auto,
+            "why": text(self.algorithm, self.straggler, self.why),
         }
 
 
@@ -61,15 +64,17 @@ def decided(serial, name, straggler):
 def record(seq, comm, args, decision, times, sent, tracked, serial=-1) -> CallRecord:
     """Count a call that ended in the sequence ``seq`` (blocking calls and the progress
     thread's operations alike) and, for a tracked blocking call, note it in the straggler
-    report (call/report.py).  ``decision``: (algorithm, straggler, how auto chose);
+    report (call/report.py).  ``decision``: (algorithm, straggler, how auto chose: why.py's
+    parts, or None when the algorithm was asked for by name, whose why is ``args.why``);
     ``times``: (the call's start, phase 1's end or None, the first receive or None);
     ``sent``: its arrival messages; ``serial``: its flight record, closed here.  Returns
     the call's ``CallRecord``."""
     name, straggler, how = decision
     t_call, t_p1, first = times
     t_end = MPI.Wtime()
+    why = args.why if how is None else how
     rec = CallRecord(name, straggler, args.policy, t_call, t_p1 or t_call, first, t_end,
-                     args.route, sent, how)
+                     args.route, sent, how and how[0], why)
     flown = _flown(serial)
     if flown is not None:
         flown["phase1_end"], flown["first_message"] = t_p1 or 0.0, first or 0.0
@@ -89,9 +94,11 @@ def record(seq, comm, args, decision, times, sent, tracked, serial=-1) -> CallRe
 
 
 def _last_native_hit(bindings):
-    """The compiled entry's last native call, which it counts without a record."""
-    return CallRecord(NATIVE, None, bindings.policy, bindings.t_call, bindings.t_call, None,
-                      bindings.t_end)
+    """The compiled entry's last native call, which it counts without a record (its
+    binding's ``args`` give the policy and the why)."""
+    args = bindings.args
+    return CallRecord(NATIVE, None, args.policy, bindings.t_call, bindings.t_call, None,
+                      bindings.t_end, why=args.why)
 
 
 def stats(comm) -> dict:

@@ -14,17 +14,33 @@ from __future__ import annotations
 
 from ..core.features import PAIR_TYPES
 from ..schedule.algorithms import AUTO, HIERARCHICAL, HRING, NATIVE, RING, STRAGGLAR
+from .why import size
 
 
 def for_arguments(name, n, out, op, settings):
-    """The algorithm that will run for these arguments (``out``: the receive Message)."""
+    """(the algorithm that will run for these arguments, why it is native where it
+    replaces ``name``: a reason for decide/why.py, else None) (``out``: the receive
+    Message)."""
+    reason = _native_because(name, n, out, op, settings)
+    return (name, None) if reason is None else (NATIVE, reason)
+
+
+def _native_because(name, n, out, op, settings):
     dt = out.datatype
-    if (n == 1 or out.count == 0 or out.address == 0 or not op.Is_commutative()
-            or dt.handle in PAIR_TYPES or not dt.is_predefined or dt.Get_size() != dt.Get_extent()[1]):
-        return NATIVE
+    if n == 1:
+        return "one rank"
+    if out.count == 0 or out.address == 0:
+        return "nothing to reduce (zero elements, or MPI.BOTTOM as the buffer)"
+    if not op.Is_commutative():
+        return "a non-commutative op"
+    if dt.handle in PAIR_TYPES:
+        return "a pair datatype (MAXLOC/MINLOC)"
+    if not dt.is_predefined or dt.Get_size() != dt.Get_extent()[1]:
+        return "a derived datatype"
     if name == AUTO and out.count * dt.Get_size() < settings.auto_min_bytes:
-        return NATIVE
-    return name
+        return (f"below auto's {size(settings.auto_min_bytes)} threshold "
+                "(STRAGGLAR_AUTO_MIN_BYTES)")
+    return None
 
 
 def for_layout(name, topology, straggler):

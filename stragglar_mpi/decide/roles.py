@@ -19,6 +19,7 @@ from .algorithm import for_layout
 from . import topology as _topology
 from . import tuning as _tuning
 from .tuning import picked
+from .why import MODEL
 from .arrival import GroupTable
 from .clock import offsets
 from .notices import NoticeTable
@@ -90,7 +91,8 @@ def decide(seq, args, deadline=0.0):
     """Generator: (algorithm, straggler, tracked, timing, how) of this call, the same on
     every rank: what runs on this layout (``for_layout``) and who plays the straggler;
     whether the call is tracked (it sent arrival notices: ``settle`` ends it); whether
-    it is a timed run of auto's measurements and how auto chose (decide/tuning.py).
+    it is a timed run of auto's measurements and how auto chose (decide/tuning.py), as
+    decide/why.py's parts (None when the algorithm was asked for by name).
 
     Calls that need arrival data ("auto", a policy by name, or a timeout that must name
     the missing ranks, but for a native one from C) send this rank's arrival notice
@@ -168,7 +170,7 @@ def _decided(seq, args, name, straggler, tracked):
     if args.name != AUTO:
         return name, straggler, tracked, False, None
     timing, how = picked(seq)
-    return name, straggler, tracked, timing, how or "model"
+    return name, straggler, tracked, timing, how or MODEL
 
 
 def settle(seq, deadline=0.0):

@@ -69,6 +69,7 @@ from ..core.steps import Wait
 from ..core.lifetime import PROCESS
 from ..schedule.algorithms import TABLE, WITH_ROLES
 from .policy import SYNCHRONOUS, expected_gap, priced
+from .why import MODEL
 
 FIRST_TRIALS = 2      # timed runs of each candidate in a class's first round (later: one)
 CLOSE = 1.5           # candidates within this factor of the fastest get a second pass...
@@ -185,7 +186,8 @@ class Tuner:
         self.clock = clock            # this rank's time on rank 0's clock
         self.classes = {}             # (size_class, situation) -> SizeClass
         self.timing = None            # the SizeClass whose run this call is, if any
-        self.pick = None              # how choose() decided this call (picked() reads it)
+        self.pick = None              # how choose() decided this call, decide/why.py's parts
+                                      # (picked() reads it)
         self.agreeing = None          # this rank's marks of a finished pass, to agree on
         self._pass = None             # the SizeClass whose pass they are
 
@@ -213,9 +215,13 @@ class Tuner:
                          else recheck_order(cls.names, cls.times, rested))
             cls.marks, cls.runs, cls.second = [], {}, False
         if cls.order:
-            self.timing, self.pick = cls, "timed"
-            return cls.order[len(cls.marks)]
-        self.timing, self.pick = None, "measured" if cls.choice else "model"
+            run = len(cls.marks)
+            self.timing = cls
+            self.pick = ("timed", run + 1, len(cls.order), cls.rounds == 0, cls.second, aware,
+                         nbytes)
+            return cls.order[run]
+        self.timing = None
+        self.pick = ("measured", cls.times, cls.latest, aware) if cls.choice else MODEL
         return cls.choice or model_choice
 
     def timed(self, entry: float, exit_: float) -> None:
@@ -286,8 +292,9 @@ def choose(seq, model_choice: str, nbytes: int, n: int, measured=None) -> str:
 
 
 def picked(seq):
-    """(whether this call is a timed run, how ``choose`` decided it: "timed",
-    "measured", "model", or None when it was not asked); read once per call."""
+    """(whether this call is a timed run, how ``choose`` decided it: decide/why.py's
+    parts, whose first item is "timed", "measured" or "model"; None when it was not
+    asked); read once per call."""
     tuner = getattr(seq, "tuning", None)
     if tuner is None:
         return False, None

@@ -90,7 +90,7 @@ def test_a_delay_is_in_ms_and_a_size_as_format_size_prints_it_on_every_command_l
     args = parser().parse_args([])
     assert (args.minbytes, args.maxbytes) == (MiB, 64 * MiB) and format_size(16 * MiB) == "16M"
     assert parse_size("16M") == parse_size("16MiB") == 16 * MiB
-    assert "(default 16M)" in run([sys.executable, "-m", "stragglar_mpi.bench.demo", "--help"]).stdout
+    assert "(default 64M)" in run([sys.executable, "-m", "stragglar_mpi.bench.demo", "--help"]).stdout
 
 
 def test_schedule_show_explains_its_notation():

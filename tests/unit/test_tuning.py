@@ -270,13 +270,16 @@ def test_roles_asks_the_tuner_with_the_model_choice(monkeypatch):
                             tiers=lambda: None, tuning=tuner, log=None)
     state.arrivals = lambda: pytest.fail("an unsampled call reads no arrival table")
     first = trial_order(candidates(False), "native")
-    assert drive(_roles.decide(state, _args("arrival"))) == (first[0], None, False, True, "timed")
+    decided = drive(_roles.decide(state, _args("arrival")))
+    assert decided[:4] == (first[0], None, False, True)
+    assert decided[4] == ("timed", 1, len(first), True, False, False, 64 * MiB)   # decide/why.py's parts
     assert _tuning.picked(state)[1] is None                     # read once per call
     tuner.timing = None
     # a delay that pays: the model's straggler-aware choice is the first run of its round
     state.history = [late] * 8
     state.arrivals = lambda: _Arrivals(late)
-    assert drive(_roles.decide(state, _args(7))) == ("stragglar", 7, True, True, "timed")
+    decided = drive(_roles.decide(state, _args(7)))
+    assert decided[:4] == ("stragglar", 7, True, True) and decided[4][0] == "timed"
     assert tuner.classes[size_class(64 * MiB), "stragglar"].names == ("stragglar",) + candidates(False)
     assert tuner.classes[size_class(64 * MiB), SYNCHRONOUS].calls == 1
 
