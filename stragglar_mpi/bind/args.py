@@ -67,9 +67,24 @@ def check(comm, sendbuf, recvbuf, op, straggler, algorithm, settings) -> Args:
                  _type_name(out.datatype), _op_name(op))
     why = because or (None if requested == AUTO else ("named", requested, bool(settings.algo)))
     return Args(n, policy, sendbuf, recvbuf, op, in_place, out, src, name, signature,
-    MPI call from the compiled entry (native, untracked, ``native_from_c``).  ``route``:
-    which memory runs it, "host", "device" or "staged" (_device.route).  ``why``: the
-    reason the arguments give for what runs (decide/why.py), None where ``auto`` decides."""
+                native_from_c(name, route, out, settings.timeout), route, why)
+
+
+#: Above it a native call under STRAGGLAR_TIMEOUT goes the Python way (tracked, on scratch
+#: of the pools), as a timed one from C copies its buffer into a scratch of its binding.
+TIMED_NATIVE_BYTES = 1 << 20
+
+
+def native_from_c(name, route, out, timeout):
+    """Whether a repeat is one MPI call from the compiled entry: a native call in host
+    memory; under a timeout only up to TIMED_NATIVE_BYTES of a datatype without holes, and
+    with MPI_THREAD_MULTIPLE (the stall watchdog names the missing ranks: call/watchdog.py).
+    Its misses then run the same way (run/native.py), so every rank makes the same MPI calls."""
+    if name != NATIVE or route != "host":
+        return False
+    return timeout is None or (out.count * out.extent <= TIMED_NATIVE_BYTES
+                               and out.datatype.Get_size() == out.extent
+                               and MPI.Query_thread() == MPI.THREAD_MULTIPLE)
 
 
 def check_straggler(straggler, n):
