@@ -48,20 +48,12 @@ class Log:
     def __init__(self, n, label, tiers=None, tuning=None):
         self.n, self.label, self.tiers = n, label, tiers     # tiers: (topology, links) or None
         self.tuning = tuning              # auto's measured synchronous choices (decide/tuning.Tuner)
-        self.pending = {}                 # tracked call number -> what ran, until its record comes
         self.calls = deque(maxlen=KEPT)
         PROCESS.register("logs", self)
 
-    def ran(self, seq, name, straggler, nbytes, post_arrival, arrived=None):
-        """Tracked call ``seq`` ran; ``arrived``: (call, its arrival record), the record of
-        an earlier call that came with this one (a record comes one tracked call late)."""
-        if arrived is not None:
-            earlier = self.pending.pop(arrived[0], None)
-            if earlier is not None:
-                self.calls.append((arrived[1], *earlier))
-        self.pending[seq] = (name, straggler, nbytes, post_arrival)
-        if len(self.pending) > 4:         # records lost to a timeout never come
-            self.pending.pop(min(self.pending))
+    def ran(self, record, name, straggler, nbytes, post_arrival):
+        """A tracked call with the arrival record ``record`` ran ``name``."""
+        self.calls.append((record, name, straggler, nbytes, post_arrival))
 
 
 def log_of(state, n, label="") -> Log:

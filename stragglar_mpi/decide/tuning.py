@@ -285,6 +285,12 @@ def choose(seq, model_choice: str, nbytes: int, n: int, measured=None) -> str:
     return tuner.choose(model_choice, nbytes, expected_gap(seq.history), prices)
 
 
+def timing(seq) -> bool:
+    """Whether the call that ``choose`` just decided on ``seq`` is a timed run."""
+    tuner = getattr(seq, "tuning", None)
+    return tuner is not None and tuner.timing is not None
+
+
 def picked(seq):
     """(whether this call is a timed run, how ``choose`` decided it: "timed",
     "measured", "model", or None when it was not asked); read once per call."""

@@ -268,9 +268,9 @@ def test_roles_asks_the_tuner_with_the_model_choice(monkeypatch):
     tuner = Tuner(candidates(False), clock=lambda: 0.0)
     state = SimpleNamespace(auto_calls=0, history=[quiet] * 4, next_pair=100, pair_gap=4, table=None, auto_memo={},
                             tiers=lambda: None, tuning=tuner, log=None)
-    state.arrivals = lambda: pytest.fail("an unsampled call reads no arrival table")
+    state.arrivals = lambda: _Arrivals(quiet)   # unsampled, but a timed run: tracked (the report's)
     first = trial_order(candidates(False), "native")
-    assert drive(_roles.decide(state, _args("arrival"))) == (first[0], None, False, True, "timed")
+    assert drive(_roles.decide(state, _args("arrival"))) == (first[0], None, True, True, "timed")
     assert _tuning.picked(state)[1] is None                     # read once per call
     tuner.timing = None
     # a delay that pays: the model's straggler-aware choice is the first run of its round
@@ -292,7 +292,7 @@ class _Arrivals:
     def __init__(self, record):
         self.seq, self.record = 1, record
 
-    def arrive(self, deadline=0.0):
+    def arrive(self, deadline=0.0, entry=None):
         return immediately(0)
 
     def previous(self):
