@@ -117,7 +117,7 @@ def steps(comm, seq, args, t_call, deadline, turn, serial=-1):
     if seq.owner.broken:
         raise RuntimeError(f"stragglar_mpi: this communicator is unusable after: {seq.owner.broken}")
     try:
-        name, straggler, tracked, timing, how = yield from decide(seq, args, deadline)
+        name, straggler, tracked, timing, how = yield from decide(seq, args, deadline, t_call)
         decided(serial, name, straggler)
         t_p1, first = yield from run(comm, seq, name, straggler, args, deadline, turn)
     except (Pending, Mismatch):

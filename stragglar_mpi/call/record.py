@@ -63,9 +63,10 @@ def decided(serial, name, straggler):
 
 def record(seq, comm, args, decision, times, sent, tracked, serial=-1) -> CallRecord:
     """Count a call that ended in the sequence ``seq`` (blocking calls and the progress
-    thread's operations alike) and, for a tracked blocking call, note it in the straggler
-    report (call/report.py).  ``decision``: (algorithm, straggler, how auto chose: why.py's
-    parts, or None when the algorithm was asked for by name, whose why is ``args.why``);
+    thread's operations alike) and, for a tracked blocking call, note it with its arrival
+    record (``seq.arrived``, decide/roles.settle) in the straggler report (call/report.py).
+    ``decision``: (algorithm, straggler, how auto chose: why.py's parts, or None when the
+    algorithm was asked for by name, whose why is ``args.why``);
     ``times``: (the call's start, phase 1's end or None, the first receive or None);
     ``sent``: its arrival messages; ``serial``: its flight record, closed here.  Returns
     the call's ``CallRecord``."""
@@ -86,10 +87,10 @@ def record(seq, comm, args, decision, times, sent, tracked, serial=-1) -> CallRe
             state.last = rec
         if state.bindings is not None:
             state.bindings.last_was_hit = False
-    if tracked and seq is state:
+    if tracked and seq is state and seq.arrived is not None:
         post = t_end - (first if first is not None else t_call)
         log = seq.log if seq.log is not None else log_of(seq, args.n, comm.Get_name())
-        log.ran(seq.tracked_seq, name, straggler, args.out.count * args.out.extent, post, seq.arrived)
+        log.ran(seq.arrived, name, straggler, args.out.count * args.out.extent, post)
     return rec
 
 

@@ -2,21 +2,27 @@
 
 Its data are the arrival records the library reads anyway on every tracked call
 (a call that takes a ticket in the arrival table: roles by arrival or
-prediction, ``auto``'s sampled calls, calls under a timeout); untracked calls
-add nothing and cost nothing here.  A record arrives one tracked call late
-(call k's table is read at the start of call k+1), so the last tracked call of
-a communicator is not in its report.
+prediction, ``auto``'s sampled calls and timed runs, calls under a timeout);
+untracked calls add nothing and cost nothing here.  A call's record is complete when
+it returns (decide/roles.settle), so every tracked call is in the report, the first
+and the last included.  A rank's arrival is when it entered the call, on rank 0's
+clock (decide/clock.py).
 
-- **last**: how many of the recorded calls the rank arrived last in;
-- **late by**: median and 95th percentile of its lateness over those calls
-  (the record's ``gap``: how long after the second-to-last rank it arrived);
-- **StragglAR**: the calls that ran a straggler-aware algorithm (schedule/algorithms.py:
-  stragglar, hierarchical, direct) with the rank as the straggler;
-- **saved**: for those calls, the model's best synchronous AllReduce (ring, rhd or,
-  across nodes, the hierarchical ring: schedule/tiers.py), which starts when the last
-  rank arrives, minus the measured time after its arrival on the reporting rank.  The
-  model is priced with the links the library measured at setup when the communicator
-  spans nodes, else with ``STRAGGLAR_MODEL``; the report's last line says which.
+Per rank, each figure with the number of calls it rests on:
+
+- **last**: the share of the recorded calls it arrived last in;
+- **late ms**: median and 95th percentile of its lateness over those calls (the
+  record's ``gap``: how long after the second-to-last rank it arrived);
+- **straggler-aware**: the calls that ran a straggler-aware algorithm
+  (schedule/algorithms.py: stragglar, hierarchical, direct) with the rank as the
+  straggler, and what that **saved**: the fastest synchronous AllReduce at the call's
+  size, which starts when the last rank arrives, minus the measured time after its
+  arrival on the reporting rank.  That synchronous time is *measured* where ``auto``
+  timed the synchronous candidates at that size class (decide/tuning.py, the
+  STATISTIC of its runs, last entry to last exit), else an *estimate* of the cost
+  model (schedule/tiers.py), whose figures the report names with where they came
+  from: fitted here (the links measured at setup, across nodes), the default guess
+  STRAGGLAR_MODEL, or STRAGGLAR_MODEL set by you.
 
 ``report(comm)`` is local (it reads this rank's copy, the same records on every
 rank): it returns the text on every rank and prints it on one (``root``, rank 0 of the
@@ -40,6 +46,7 @@ from ..schedule.algorithms import STRAGGLER_AWARE
 from ..schedule.units import format_size
 
 KEPT = 4096          # calls a report covers (the most recent)
+MEASURED, ESTIMATE = "measured", "estimate"
 
 
 class Log:
@@ -48,20 +55,12 @@ class Log:
     def __init__(self, n, label, tiers=None, tuning=None):
         self.n, self.label, self.tiers = n, label, tiers     # tiers: (topology, links) or None
         self.tuning = tuning              # auto's measured synchronous choices (decide/tuning.Tuner)
-        self.pending = {}                 # tracked call number -> what ran, until its record comes
         self.calls = deque(maxlen=KEPT)
         PROCESS.register("logs", self)
 
-    def ran(self, seq, name, straggler, nbytes, post_arrival, arrived=None):
-        """Tracked call ``seq`` ran; ``arrived``: (call, its arrival record), the record of
-        an earlier call that came with this one (a record comes one tracked call late)."""
-        if arrived is not None:
-            earlier = self.pending.pop(arrived[0], None)
-            if earlier is not None:
-                self.calls.append((arrived[1], *earlier))
-        self.pending[seq] = (name, straggler, nbytes, post_arrival)
-        if len(self.pending) > 4:         # records lost to a timeout never come
-            self.pending.pop(min(self.pending))
+    def ran(self, record, name, straggler, nbytes, post_arrival):
+        """A tracked call with the arrival record ``record`` ran ``name``."""
+        self.calls.append((record, name, straggler, nbytes, post_arrival))
 
 
 def log_of(state, n, label="") -> Log:
@@ -83,18 +82,28 @@ def report(comm, file=None, root=0) -> str:
     return text
 
 
-def _pricing(log, n):
-    """(seconds of the best synchronous AllReduce for a buffer of bytes, what it is)."""
+def _model(log, n):
+    """(seconds of the model's best synchronous AllReduce for a buffer of bytes, its
+    figures and where they came from)."""
+    model = _config.current().model
     if log.tiers is None:
-        alpha, bandwidth = _config.current().model[:2]   # a five-value model: its first tier
-        what = f"STRAGGLAR_MODEL: alpha {alpha:g} s, bandwidth {bandwidth:g} B/s"
+        alpha, bandwidth = model[:2]            # a five-value model: its first tier
+        figures = f"alpha {alpha:g} s, bandwidth {bandwidth:g} B/s"
     else:
         alpha = bandwidth = None
         a1, b1, a2, b2 = shape(log.tiers)[3]
-        what = (f"the links measured at setup: inside a node alpha {a1:g} s, bandwidth {b1:g} B/s; "
-                f"between nodes alpha {a2:g} s, bandwidth {b2:g} B/s")
+        figures = (f"inside a node alpha {a1:g} s, bandwidth {b1:g} B/s; "
+                   f"between nodes alpha {a2:g} s, bandwidth {b2:g} B/s")
     return (lambda nbytes: _best_synchronous(costs(nbytes, log.tiers, n, alpha, bandwidth),
-                                             log.tiers is not None)), what
+                                             log.tiers is not None)), f"{figures}: {_source(log, model)}"
+
+
+def _source(log, model):
+    """Where the model's figures came from."""
+    if log.tiers is not None and len(model) == 3:
+        return "fitted here (the links measured at setup)"
+    given = "STRAGGLAR_MODEL=" + ",".join(f"{v:g}" for v in model)
+    return f"the default guess {given}" if model == _config.read({}).model else f"{given} set by you"
 
 
 def _best_synchronous(model, spans_nodes):
@@ -103,30 +112,66 @@ def _best_synchronous(model, spans_nodes):
     return min(model[name].post_arrival for name in candidates(spans_nodes) if name in model)
 
 
+def _baseline(log, n):
+    """(bytes, algorithm) -> (seconds of the fastest synchronous AllReduce at that size,
+    MEASURED or ESTIMATE, what it is): auto's own time where it measured one, else the
+    model's."""
+    model, figures = _model(log, n)
+
+    def of(nbytes, name):
+        found = log.tuning.synchronous_time(nbytes, name) if log.tuning is not None else None
+        if found is None:
+            return model(nbytes), ESTIMATE, f"the cost model's best synchronous AllReduce, {figures}"
+        return found[1], MEASURED, f"auto's {STATISTIC.__name__} time of {found[0]} (decide/tuning.py)"
+    return of
+
+
 def render(log, n, label) -> str:
+    """The report's text of ``log`` (None: no call recorded) on ``n`` ranks."""
     calls = list(log.calls) if log is not None else []
     head = f"stragglar_mpi straggler report: {label}, {n} ranks, {len(calls)} recorded calls"
     if not calls:
         return "\n".join([head + " (a call is recorded when it takes roles by arrival, is sampled "
-                          "by auto, or runs under STRAGGLAR_TIMEOUT)"] + _measured(log))
-    synchronous, pricing = _pricing(log, n)
-    lines = [head, f"{'rank':>4} {'last':>6} {'share':>6} {'late ms p50':>11} {'p95':>8} "
-                   f"{'StragglAR':>9} {'saved ms':>9}"]
-    total = 0.0
+                          "or timed by auto, or runs under STRAGGLAR_TIMEOUT)"] + _measured(log))
+    baseline = _baseline(log, n)
+    lines = [head, "arrival: when a rank entered the call, on rank 0's clock; "
+                   "late: after the second-to-last rank, in the calls the rank came last",
+             f"{'':4} {'last':^14} {'late ms':^24} {'straggler-aware':^16}".rstrip(),
+             f"{'rank':>4} {'share':>7} {'calls':>6} {'p50':>9} {'p95':>8} {'calls':>5} "
+             f"{'calls':>6} {'saved ms':>9} basis"]
     for rank in range(n):
-        mine = [c for c in calls if c[0].last == rank]
-        late = sorted(c[0].gap * 1e3 for c in mine)
-        ran = [c for c in mine if c[1] in STRAGGLER_AWARE and c[2] == rank]
-        saved = sum(synchronous(c[3]) - c[4] for c in ran) * 1e3
-        total += saved
-        lines.append(f"{rank:>4} {len(mine):>6} {len(mine) / len(calls):>6.1%} "
-                     f"{_quantile(late, 0.5):>11.3f} {_quantile(late, 0.95):>8.3f} "
-                     f"{len(ran):>9} {saved:>9.3f}")
+        lines.append(_row(rank, calls, baseline))
     ran = Counter(c[1] for c in calls)
     lines.append("ran: " + ", ".join(f"{name} {count}" for name, count in sorted(ran.items())))
-    lines.append(f"saved in all: {total:.3f} ms against a model of the best synchronous AllReduce, "
-                 f"priced with {pricing}")
-    return "\n".join(lines + _measured(log))
+    return "\n".join(lines + _saved(calls, baseline) + _measured(log))
+
+
+def _row(rank, calls, baseline):
+    """One rank's line: each figure, then the number of calls it rests on."""
+    mine = [c for c in calls if c[0].last == rank]
+    late = sorted(c[0].gap * 1e3 for c in mine)
+    aware = [c for c in mine if c[1] in STRAGGLER_AWARE and c[2] == rank]
+    priced = [baseline(c[3], c[1]) for c in aware]
+    saved = sum(p[0] - c[4] for p, c in zip(priced, aware)) * 1e3
+    bases = sorted({p[1] for p in priced})
+    return (f"{rank:>4} {len(mine) / len(calls):>7.1%} {len(calls):>6} {_ms(late, 0.5):>9} "
+            f"{_ms(late, 0.95):>8} {len(mine):>5} {len(aware):>6} "
+            f"{f'{saved:.3f}' if aware else '-':>9} {'+'.join(bases) or '-'}")
+
+
+def _saved(calls, baseline):
+    """The lines on "saved": in all, and per size the basis it rests on."""
+    aware = [c for c in calls if c[1] in STRAGGLER_AWARE and c[2] == c[0].last]
+    total = sum(baseline(c[3], c[1])[0] - c[4] for c in aware) * 1e3
+    sizes = sorted({(c[3], c[1]) for c in aware} or {(c[3], SYNCHRONOUS) for c in calls})
+    lines = [f"saved in all: {total:.3f} ms over {len(aware)} straggler-aware call(s): the fastest "
+             "synchronous AllReduce at the size minus the time after the last arrival; that synchronous "
+             "time, per size" + (" and algorithm run:" if aware else " recorded:")]
+    for nbytes, name in sizes:
+        seconds, basis, what = baseline(nbytes, name)
+        which = f" ({name})" if aware else ""
+        lines.append(f"  {format_size(nbytes)}{which}: {basis}, {seconds * 1e3:.3f} ms, {what}")
+    return lines
 
 
 def _measured(log):
@@ -146,10 +191,11 @@ def _measured(log):
             + lines) if lines else []
 
 
-def _quantile(sorted_values, q):
+def _ms(sorted_values, q):
+    """The ``q`` quantile of ``sorted_values`` with three decimals, or "-" without any."""
     if not sorted_values:
-        return 0.0
-    return sorted_values[min(len(sorted_values) - 1, int(q * len(sorted_values)))]
+        return "-"
+    return f"{sorted_values[min(len(sorted_values) - 1, int(q * len(sorted_values)))]:.3f}"
 
 
 def _at_exit():

@@ -38,7 +38,7 @@ class Sequence:
         self.auto_memo = {}               # auto's recent model choices (decide/roles._auto)
         self.tuning = None                # auto's measured choices (decide/tuning.Tuner; blocking calls)
         self.tracked_seq = None           # arrival-table number of the last tracked call
-        self.arrived = None               # (call, arrival record) that the last tracked call read
+        self.arrived = None               # the arrival record of the last tracked call (decide/roles.settle)
         self.log = None                   # what tracked calls ran, for the report (blocking calls)
         self.table = None                 # this sequence's arrival table, made at its first use (arrivals)
         self._entered = (None, {})        # (tracked call, {rank: entry}) for check_given_up

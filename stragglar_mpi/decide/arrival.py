@@ -18,9 +18,9 @@ stays posted), and whoever drives a call waits until one can be probed (core/ste
   record (the lowest ranks at first), so a persistent straggler is never one, and a
   late one leaves the other.  The *coordinator* is the first arrival of the previous
   record (rank 0 at first).
-- Notices: on entering a tracked call, a rank reads its clock (on rank 0's clock,
-  ``clock.offsets``) and sends a notice ``(call, token, time)`` to its group's
-  aggregators: at most 2 messages.
+- Notices: on entering a tracked call, a rank sends a notice ``(call, token, time)``
+  to its group's aggregators, the time being when it entered the call, on rank 0's
+  clock (``clock.offsets``): at most 2 messages.
 - Roles ("arrival"): while the ranks wait for the roles, each aggregator reports its
   group to the coordinator once all but one member are in (naming the one missing)
   and once all are: at most 2 messages.  The coordinator takes, per group, what
@@ -171,10 +171,12 @@ class GroupTable:
 
     # --- one call -----------------------------------------------------------------------
 
-    def arrive(self, deadline=0.0):
-        """Generator: enter this call: send this rank's notice to its group's
-        aggregators; returns how many notices of this call this rank already held."""
-        t = stamp(self.now())
+    def arrive(self, deadline=0.0, entry=None):
+        """Generator: enter this call: send this rank's notice, stamped with ``entry``
+        (the MPI_Wtime at which the call was entered; None: now) on rank 0's clock, to
+        its group's aggregators; returns how many notices of this call this rank already
+        held."""
+        t = stamp((MPI.Wtime() if entry is None else entry) - self.offset)
         call = self._call(self.seq)
         call.arrived, call.mine = True, t
         call.aggregators = aggregators_of(self.groups, self._latest)
@@ -250,8 +252,6 @@ class GroupTable:
         for old in [s for s in self._calls if s < self.seq - _KEEP]:
             del self._calls[old]
         self._sends = [(req, buf) for req, buf in self._sends if not req.Test()]
-
-    settles = True      # after the plan, the record rounds (``settle``)
 
     def settle(self, deadline=0.0):
         """Generator: after the plan of the last call: pass the times around

@@ -2,7 +2,8 @@
 
 Used by the arrival notices (`_arrival`) and by the bench tool: no decision compares
 raw MPI_Wtime of two ranks, whose clocks (on different nodes) may be far apart.
-Each arrival table stamps a rank's arrival through ``stamp``.
+Each arrival table stamps a rank's arrival (when it entered the call, on rank 0's clock)
+through ``stamp``.
 """
 from __future__ import annotations
 
@@ -18,9 +19,9 @@ from ..core import tags
 late_by = None
 
 
-def stamp(now: float) -> float:
-    """This rank's arrival stamp from ``now``, its time on rank 0's clock."""
-    return now if late_by is None else now + late_by
+def stamp(entry: float) -> float:
+    """This rank's arrival stamp from ``entry``, when it entered the call on rank 0's clock."""
+    return entry if late_by is None else entry + late_by
 
 
 def offsets(comm, rounds: int = 16) -> float:

@@ -6,13 +6,15 @@ hop for the record and two for the roles, which is faster at a few ranks than th
 groups' reports, tree and record rounds (docs/ARRIVAL.md has both measured).  It keeps
 the same promises with the same parts:
 
-- Notices: each tracked call, every rank sends a 24-byte notice (call, time on rank
-  0's clock, the table's token) to every other rank, before it looks at anything.
+- Notices: each tracked call, every rank sends a 24-byte notice (call, the time it
+  entered the call on rank 0's clock, the table's token) to every other rank, before
+  it looks at anything.
   A notice that small goes eagerly: it waits at the receiver without either side's
   progress, so a late rank holds up nobody's.
-- Record: at the start of call ``seq`` every rank holds every notice of call ``seq-1``
-  (each was sent before its sender took part in that call, which has finished here),
-  so every rank builds the same ``Arrival`` record without waiting for anyone.
+- Record: at the end of call ``seq`` (``settle``) every rank holds every notice of it,
+  or is about to (each was sent before its sender took part in the call, which has
+  finished here), so every rank builds the same ``Arrival`` record without waiting for
+  anyone, and the call's own record is there when it returns (the report's).
 - Roles ("arrival"): the coordinator (the first arrival of the previous record) waits
   until n-1 ranks, itself included, have arrived, names the one missing and sends that
   to every rank; the others wait only for that message.  Nobody forwards anything, so
@@ -109,11 +111,12 @@ class NoticeTable:
         """This rank's time on rank 0's clock."""
         return MPI.Wtime() - self.offset
 
-    def arrive(self, deadline=0.0):
-        """Generator: enter this call: send this rank's notice to every rank; returns how
-        many ranks this rank knew to have arrived before it, or None if ``deadline``
-        passed while the previous call's notices were still coming."""
-        t = stamp(self.now())
+    def arrive(self, deadline=0.0, entry=None):
+        """Generator: enter this call: send this rank's notice to every rank, stamped
+        with ``entry`` (the MPI_Wtime at which the call was entered; None: now) on rank
+        0's clock; returns how many ranks this rank knew to have arrived before it, or
+        None if ``deadline`` passed while the previous call's notices were still coming."""
+        t = stamp((MPI.Wtime() if entry is None else entry) - self.offset)
         note = np.array([self.seq, t, self.token])
         self._send(note, self.tags[0], self.others)
         self._mine[self.seq] = t
@@ -125,8 +128,9 @@ class NoticeTable:
         return self.place
 
     def record_before(self, deadline=0.0):
-        """Generator: the record of the previous call, built (once) from its notices;
-        False if ``deadline`` passes before they are all in."""
+        """Generator: the record of the previous call (after ``finish``: the call just
+        ended), built (once) from its notices; False if ``deadline`` passes before they
+        are all in."""
         before = self._before
         if before is not None:
             before.poll()
@@ -221,12 +225,10 @@ class NoticeTable:
         self._sends = in_flight
         self._sent.pop(self.seq - 3, None)    # the counts of the last three calls stay
 
-    settles = False     # after the plan, nothing to do: the record comes with the next call's notices
-
-    def settle(self, deadline=0.0):
-        """Generator: after the plan, nothing to do (``settles``)."""
-        return True
-        yield  # pragma: no cover
+    #: Generator: after the plan, the call's record (truthy), or False past ``deadline``.
+    #: Every rank sent its notice before it took part in the plan, which has ended here,
+    #: so the notices are in or on their way: the record is there when the call returns.
+    settle = record_before
 
     def sent_in(self, seq):
         """Arrival messages this rank sent for call ``seq``."""

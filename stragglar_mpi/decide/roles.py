@@ -87,17 +87,18 @@ class Tables:
             self.comm.Free()
 
 
-def decide(seq, args, deadline=0.0):
+def decide(seq, args, deadline=0.0, t_call=None):
     """Generator: (algorithm, straggler, tracked, timing, how) of this call, the same on
     every rank: what runs on this layout (``for_layout``) and who plays the straggler;
     whether the call is tracked (it sent arrival notices: ``settle`` ends it); whether
     it is a timed run of auto's measurements and how auto chose (decide/tuning.py), as
     decide/why.py's parts (None when the algorithm was asked for by name).
 
-    Calls that need arrival data ("auto", a policy by name, or a timeout that must name
-    the missing ranks, but for a native one from C) send this rank's arrival notice
-    first; the others touch nothing.
-    ``Pending`` when the arrival data do not come by ``deadline``."""
+    Calls that need arrival data ("auto" when sampled or timed, a policy by name, or a
+    timeout that must name the missing ranks, but for a native one from C) send this
+    rank's arrival notice first, stamped with ``t_call`` (the MPI_Wtime at the call's
+    entry; None: now); the others touch nothing.  ``Pending`` when the arrival data do not
+    come by ``deadline``."""
     name, policy, n = args.name, args.policy, args.n
     nbytes, roled = args.out.count * args.out.extent, name in WITH_ROLES
     # A blocking native call runs as the compiled entry runs its repeats, untracked even
@@ -111,13 +112,13 @@ def decide(seq, args, deadline=0.0):
         pricing = (n, nbytes, tiers, measured, settings.model)
         if not deadline and not sampled(seq, pricing):
             name = _tuning.choose(seq, synchronous_algorithm(nbytes, tiers), nbytes, n, measured)
-            return _decided(seq, args, name, None, False)
+            if not _tuning.timing(seq):         # a timed run is tracked: the report has it
+                return _decided(seq, args, name, None, False)
     arrivals = seq.table or seq.arrivals()
-    if (yield from arrivals.arrive(deadline)) is None:
+    if (yield from arrivals.arrive(deadline, t_call)) is None:
         raise Pending((), "the arrival notices of the previous call")
     seq.tracked_seq = arrivals.seq
     previous = arrivals.previous()
-    seq.arrived = None if previous is None else (arrivals.seq - 1, previous)   # the report's (call/record)
     if previous is not None:
         seq.history.append(previous)
     try:
@@ -175,11 +176,12 @@ def _decided(seq, args, name, straggler, tracked):
 
 def settle(seq, deadline=0.0):
     """Generator: after a tracked call's plan, its record (every rank's time, on every
-    rank); returns the arrival messages this rank sent for the call.  ``Pending`` past
-    ``deadline``."""
+    rank), kept as ``seq.arrived`` for the report (call/record.py); returns the arrival
+    messages this rank sent for the call.  ``Pending`` past ``deadline``."""
     arrivals = seq.table
-    if arrivals.settles and not (yield from arrivals.settle(deadline)):
+    if not (yield from arrivals.settle(deadline)):
         raise Pending((), "the arrival record of this call")
+    seq.arrived = arrivals.previous()
     return arrivals.sent_in(arrivals.seq - 1)
 
 

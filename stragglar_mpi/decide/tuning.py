@@ -254,6 +254,18 @@ class Tuner:
         cls.gap = min(2 * cls.gap, RECHECK_LAST)
         cls.runs, cls.second = {}, False
 
+    def synchronous_time(self, nbytes: int, situation: str):
+        """(candidate, seconds): the fastest synchronous candidate of ``nbytes``'s size
+        class as the last round measured it (STATISTIC of its runs), in ``situation``
+        where that has one, else in the synchronous situation; None if neither has."""
+        for key in ((size_class(nbytes), situation), (size_class(nbytes), SYNCHRONOUS)):
+            cls = self.classes.get(key)
+            times = {a: t for a, t in cls.times.items() if a in self.names} if cls else {}
+            if times:
+                name = fastest(self.names, times)
+                return name, times[name]
+        return None
+
     def summary(self) -> dict:
         """Per size class (its smallest size in bytes) and situation (policy.SYNCHRONOUS,
         or the model's straggler-aware choice): what ``auto`` runs, the last round's times
@@ -289,6 +301,12 @@ def choose(seq, model_choice: str, nbytes: int, n: int, measured=None) -> str:
     tuner = seq.tuning
     prices = lambda: priced(seq.history, n, nbytes, seq.tiers())  # noqa: E731
     return tuner.choose(model_choice, nbytes, expected_gap(seq.history), prices)
+
+
+def timing(seq) -> bool:
+    """Whether the call that ``choose`` just decided on ``seq`` is a timed run."""
+    tuner = getattr(seq, "tuning", None)
+    return tuner is not None and tuner.timing is not None
 
 
 def picked(seq):

@@ -116,8 +116,9 @@ def test_auto_takes_a_straggler_aware_algorithm_across_nodes(setenv):
     comm.Free()
     if n > 1:
         assert " 0 recorded calls" not in text and " recorded calls" in text, text
-        priced = ("between nodes alpha 3e-05 s, bandwidth 8e+08 B/s" if not topo.flat
-                  else "STRAGGLAR_MODEL: alpha 1e-05 s, bandwidth 3e+09 B/s")
+        priced = ("between nodes alpha 3e-05 s, bandwidth 8e+08 B/s: STRAGGLAR_MODEL=" if not topo.flat
+                  else "alpha 1e-05 s, bandwidth 3e+09 B/s: STRAGGLAR_MODEL=")
+        assert "1e-05,3e+09,1.05,3e-05,8e+08 set by you" in text, text
         assert priced in text, text
     if n < 3:
         return

@@ -35,7 +35,7 @@ class Table:
     def __init__(self, previous=None, last=None, stale=False):
         self.seq, self._previous, self._last, self.stale, self.finished = 5, previous, last, stale, 0
 
-    def arrive(self, deadline):
+    def arrive(self, deadline, entry=None):
         return immediately(None if self.stale else 1)
 
     def previous(self):

@@ -268,10 +268,10 @@ def test_roles_asks_the_tuner_with_the_model_choice(monkeypatch):
     tuner = Tuner(candidates(False), clock=lambda: 0.0)
     state = SimpleNamespace(auto_calls=0, history=[quiet] * 4, next_pair=100, pair_gap=4, table=None, auto_memo={},
                             tiers=lambda: None, tuning=tuner, log=None)
-    state.arrivals = lambda: pytest.fail("an unsampled call reads no arrival table")
+    state.arrivals = lambda: _Arrivals(quiet)   # unsampled, but a timed run: tracked (the report's)
     first = trial_order(candidates(False), "native")
     decided = drive(_roles.decide(state, _args("arrival")))
-    assert decided[:4] == (first[0], None, False, True)
+    assert decided[:4] == (first[0], None, True, True)
     assert decided[4] == ("timed", 1, len(first), True, False, False, 64 * MiB)   # decide/why.py's parts
     assert _tuning.picked(state)[1] is None                     # read once per call
     tuner.timing = None
@@ -295,7 +295,7 @@ class _Arrivals:
     def __init__(self, record):
         self.seq, self.record = 1, record
 
-    def arrive(self, deadline=0.0):
+    def arrive(self, deadline=0.0, entry=None):
         return immediately(0)
 
     def previous(self):
