@@ -30,15 +30,19 @@ else:
 '''
 
 OTHER_COUNT = '''
+import sys
 import numpy as np
 from mpi4py import MPI
 from stragglar_mpi import Allreduce
 comm = MPI.COMM_WORLD
-x = np.ones(8, np.float32)
+x = np.ones(1000, np.float32)
 for _ in range(2):
-    Allreduce(comm, MPI.IN_PLACE, x)
-x = np.ones(13 if comm.rank == 3 else 8, np.float32)
-Allreduce(comm, MPI.IN_PLACE, x)        # the MPI does not check the counts: it returns
+    Allreduce(comm, MPI.IN_PLACE, x, algorithm="ring")
+x = np.ones(1013 if comm.rank == 3 else 1000, np.float32)
+try:        # the ring's messages have other sizes: a Mismatch, or a timeout where none came
+    Allreduce(comm, MPI.IN_PLACE, x, algorithm="ring")
+except Exception as exc:
+    sys.stderr.write(f"rank {comm.rank}: {type(exc).__name__}\\n")
 '''
 
 
@@ -84,7 +88,7 @@ def test_a_rank_that_never_calls(tmp_path, count, algorithm):
 def test_a_rank_that_passes_another_count(tmp_path):
     """``trace`` names the rank whose count differs, and the call."""
     folder = tmp_path / "trace"
-    run_job(tmp_path, OTHER_COUNT, env={"STRAGGLAR_TRACE": str(folder)})
+    run_job(tmp_path, OTHER_COUNT, env={"STRAGGLAR_TRACE": str(folder), "STRAGGLAR_TIMEOUT": "4"})
     rc, verdict = trace(folder)
     assert rc == 1, verdict
-    assert "rank 3 passed count 13" in verdict and "call 3" in verdict, verdict
+    assert "rank 3 passed count 1013" in verdict and "call 3" in verdict, verdict

@@ -70,8 +70,13 @@ def repeat(comm, state, args, settings, serial=-1):
 
 
 def _failed(state, exc, timeout, serial):
-    """The error of a blocking call that cannot complete, noted in its flight record."""
-    error = drive(failed(state, exc, timeout, serial))
+    """The error of a blocking call that cannot complete, noted in its flight record (the
+    error that finding it raised, such as ``Abandoned``, too)."""
+    try:
+        error = drive(failed(state, exc, timeout, serial))
+    except BaseException as raised:
+        flight.failed(serial, raised)
+        raise
     flight.failed(serial, error, getattr(error, "peers", None), getattr(error, "phase", None))
     return error
 

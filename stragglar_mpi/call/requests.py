@@ -161,14 +161,24 @@ class _Spec:
                 flight.described(serial, args)
             return (yield from _allreduce.steps(comm, lane, args, t_call, deadline, turn, serial))
         except (Pending, Mismatch) as exc:
-            error = yield from _allreduce.failed(lane, exc, settings.timeout, serial)
-            flight.failed(serial, error, getattr(error, "peers", None), getattr(error, "phase", None))
+            error = yield from _failed(lane, exc, settings.timeout, serial)
             raise error from None
         except BaseException as exc:
             flight.failed(serial, exc)
             raise
         finally:
             turn.release()
+
+
+def _failed(lane, exc, timeout, serial):
+    """Generator: the operation's error (call/allreduce.failed), noted in its flight record."""
+    try:
+        error = yield from _allreduce.failed(lane, exc, timeout, serial)
+    except BaseException as raised:
+        flight.failed(serial, raised)
+        raise
+    flight.failed(serial, error, getattr(error, "peers", None), getattr(error, "phase", None))
+    return error
 
 
 def _free_types(types):
