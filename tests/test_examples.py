@@ -100,3 +100,4 @@ def test_slurm_script_parses(script):
     assert proc.returncode == 0, proc.stderr
     text = script.read_text()
     assert text.startswith("#!/bin/bash") and "#SBATCH" in text
+    assert "export STRAGGLAR_TIMEOUT=" in text and "export STRAGGLAR_TRACE=" in text

@@ -92,3 +92,33 @@ def test_a_rank_that_passes_another_count(tmp_path):
     rc, verdict = trace(folder)
     assert rc == 1, verdict
     assert "rank 3 passed count 1013" in verdict and "call 3" in verdict, verdict
+
+
+LATE_RANK = '''
+import time
+import numpy as np
+from mpi4py import MPI
+from stragglar_mpi import Allreduce
+comm = MPI.COMM_WORLD
+x = np.ones(1 << 18, np.float32)
+for _ in range(6):
+    if comm.rank == 1:
+        time.sleep(0.03)
+    Allreduce(comm, MPI.IN_PLACE, x, algorithm="stragglar", straggler=1)
+'''
+
+
+def test_the_timeline_of_a_real_run(tmp_path):
+    """``timeline`` draws a real run's trace: a PNG with a row per rank."""
+    pytest.importorskip("matplotlib", reason="the plot extra (pip install stragglar_mpi[plot])")
+    from stragglar_mpi.bench import timeline, trace as reading
+    folder, png = tmp_path / "trace", tmp_path / "timeline.png"
+    run_job(tmp_path, LATE_RANK, env={"STRAGGLAR_TRACE": str(folder)})
+    rc, verdict = trace(folder)
+    assert rc == 0 and "all 4 ranks agree" in verdict and "rank 1" in verdict, verdict
+    proc = subprocess.run([sys.executable, "-m", "stragglar_mpi", "timeline", str(folder), "-o", str(png)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    drawn = timeline.draw(reading.read(str(folder)), str(tmp_path / "again.png"))
+    assert len(drawn.rows) == 4 and len(drawn.seqs) == 6, drawn
