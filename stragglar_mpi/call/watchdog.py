@@ -62,7 +62,7 @@ class Watchdog:
         self.stop = threading.Event()
         self.asks = queue.SimpleQueue()     # (state, seq, then) from other threads
         self.questions = []
-        self.replies = []                   # answers in flight
+        self.replies = []                   # answers and questions in flight
         self.dumped = False
 
     def start(self):
@@ -72,11 +72,12 @@ class Watchdog:
 
     def _run(self):
         talks = MPI.Query_thread() == MPI.THREAD_MULTIPLE
-        while not self.stop.wait(TICK):
+        while not self.stop.wait(TICK) and not MPI.Is_finalized():   # the caller may finalize
             try:
                 self._look(talks)
             except Exception as exc:      # the watchdog must never take the job down
-                _say(f"stragglar_mpi: the stall watchdog stopped: {exc!r}")
+                if not MPI.Is_finalized():
+                    _say(f"stragglar_mpi: the stall watchdog stopped: {exc!r}")
                 return
 
     def _look(self, talks):
@@ -126,6 +127,7 @@ class Watchdog:
                 self.questions.append(Question(info, tables, seq, then))
         for q in [q for q in self.questions if q.over()]:
             self.questions.remove(q)
+            self.replies += q.sent          # completed later by ``_answer``'s tests
             q.then(q.verdict())
 
     def ask(self, state, seq, then):
