@@ -56,5 +56,8 @@ def test_report_counts_hierarchical_calls_and_prints_once(tmp_path):
     assert out.count("stragglar_mpi straggler report: MPI_COMM_WORLD, 4 ranks, 16 recorded calls") == 1
     row = next(line.split() for line in out.splitlines() if line.split()[:1] == ["3"])
     last, ran = int(row[5]), int(row[6])
-    assert last >= 12 and ran == last          # every call rank 3 came last in ran hierarchical
+    # Every call rank 3 came last in ran hierarchical with it as the straggler, but maybe the
+    # first: the record stamps the call's entry, while that call's roles come after its setup,
+    # which every rank joins, so they may name another rank.
+    assert last >= 12 and last - 1 <= ran <= last
     assert "the links measured at setup" in out

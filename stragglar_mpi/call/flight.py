@@ -217,7 +217,11 @@ def recent(count=5) -> str:
 
 
 def _line(r) -> str:
-    took = f"{(r['exited'] - r['arrived']) * 1e3:.3f} ms" if r["exited"] else "not returned"
+    took = (f"{(r['exited'] - r['arrived']) * 1e3:.3f} ms" if r["exited"]
+            else "raised" if r["error"] else "not returned")
+    if r["comm"] is None:
+        return f"a first call on a communicator (its setup): {r['phase']}, {took}" + (
+            f", pending {r['pending']}" if r["pending"] else "")
     return (f"call {r['seq']} on {r['comm']}: {r['op']} {r['count']} x {r['dtype']}, "
             f"{r['algorithm'] or 'undecided'}, straggler {r['straggler']}, {r['phase']}, {took}"
             + (f", pending {r['pending']}" if r["pending"] else ""))
