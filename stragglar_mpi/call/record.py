@@ -44,18 +44,12 @@ class CallRecord:
         }
 
 
-def _flown(serial):
-    """The flight record ``serial`` (flight.mine, read here: a call on the path less)."""
-    rec = flight.RING[serial % flight.CAPACITY]
-    return rec if serial >= 0 and rec["serial"] == serial else None
-
-
 def decided(serial, name, straggler):
     """Its flight record (call/flight.py): what the call runs, ``name`` with ``straggler``
     (None: no roles); the straggler starts in phase 2, the others run (phase 1 first, for
     an algorithm that has one)."""
-    rec = _flown(serial)
-    if rec is not None:
+    rec = flight.RING[serial % flight.CAPACITY]      # flight.mine, inline: a call less
+    if serial >= 0 and rec["serial"] == serial:
         rec["algorithm"] = flight.ALGORITHMS.index(name)
         rec["straggler"] = -1 if straggler is None else straggler
         rec["phase"] = flight.PHASE2 if straggler == rec["rank"] and rec["comm"] else flight.RUNNING
@@ -76,8 +70,8 @@ def record(seq, comm, args, decision, times, sent, tracked, serial=-1) -> CallRe
     why = args.why if how is None else how
     rec = CallRecord(name, straggler, args.policy, t_call, t_p1 or t_call, first, t_end,
                      args.route, sent, how and how[0], why)
-    flown = _flown(serial)
-    if flown is not None:
+    flown = flight.RING[serial % flight.CAPACITY]    # flight.mine, inline: a call less
+    if serial >= 0 and flown["serial"] == serial:
         flown["phase1_end"], flown["first_message"] = t_p1 or 0.0, first or 0.0
         flown["exited"], flown["phase"] = t_end, flight.DONE
     state = seq.owner

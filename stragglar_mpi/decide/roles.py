@@ -158,7 +158,7 @@ def _auto(seq, history, pricing):
     n, nbytes, tiers, measured, figures = pricing
     choice = auto_algorithm(recent, n, nbytes, tiers, measured, figures)
     if len(memo) >= 4:
-        memo.clear()
+        del memo[next(iter(memo))]      # the oldest: a call's own two stay for the next
     memo[key] = (recent, choice)        # the records stay alive: their ids stay theirs
     return choice
 
@@ -197,8 +197,10 @@ def sampled(seq, pricing):
     """
     seq.auto_calls += 1
     calls, history = seq.auto_calls, seq.history
-    if not history or (_auto(seq, [history[-1]], pricing) not in SYNCHRONOUS
-                       or _auto(seq, history, pricing) not in SYNCHRONOUS):
+    # The whole history first (the previous call's decision priced it: ``_auto`` keeps it),
+    # so with a straggler that pays the newest record alone is not priced.
+    if not history or (_auto(seq, history, pricing) not in SYNCHRONOUS
+                       or _auto(seq, [history[-1]], pricing) not in SYNCHRONOUS):
         seq.next_pair, seq.pair_gap = calls + SAMPLE_FIRST, SAMPLE_FIRST
         return True
     if calls == seq.next_pair + 1:
