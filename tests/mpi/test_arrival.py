@@ -99,13 +99,13 @@ def test_arrival_roles_name_the_late_rank_across_nodes(laid_out):
 
 def _held_up(c, where, late, held, calls):
     """(named, recorded) stragglers of ``calls`` calls in which rank ``late`` sleeps 30 ms
-    before the call and rank ``held`` is held up 100 ms inside it, in its arrival
-    table's method ``where``."""
+    before the call and rank ``held`` is held up 250 ms inside it, in its arrival
+    table's method ``where`` (far apart: on a loaded machine a rank may lose 70 ms)."""
     Allreduce(c, np.ones(8), np.zeros(8), algorithm="stragglar", straggler="arrival")
     arrivals = state_of(c).arrivals()
     if c.Get_rank() == held:
         inner = getattr(arrivals, where)
-        setattr(arrivals, where, lambda *a, **k: (time.sleep(0.1), inner(*a, **k))[1])
+        setattr(arrivals, where, lambda *a, **k: (time.sleep(0.25), inner(*a, **k))[1])
     named = []
     for _ in range(calls):
         c.Barrier()
