@@ -3,7 +3,8 @@
 Counted by tests/perf/call_counts.py (``mpiexec -n 3 python tests/perf/call_counts.py``):
 the 10th of 10 calls, each after a Barrier, every package "call" event under
 ``sys.setprofile`` (a generator's resume is one), the maximum over the ranks.  The
-budgets are issue 47's, at 3 ranks (the arrival notices grow with the ranks).
+budgets are issue 47's (auto's grown by issue 48), at 3 ranks (the arrival notices grow
+with the ranks).
 """
 import sys
 from pathlib import Path
@@ -14,8 +15,10 @@ from mpi4py import MPI
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "perf"))
 from call_counts import CASES, tenth_call  # noqa: E402
 
-#: case -> (most calls, most files); None: no file budget
-BUDGETS = {"fixed": (20, 6), "arrival": (40, None), "auto": (60, None)}
+#: case -> (most calls, most files); None: no file budget.  auto's: issue 47's 60, plus a
+#: pricing of the model (about 9 calls) since issue 48 tracks auto's timed runs, whose
+#: records the next call then prices (docs/ARCHITECTURE.md, "How short the path is").
+BUDGETS = {"fixed": (20, 6), "arrival": (40, None), "auto": (75, None)}
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
